@@ -1,0 +1,310 @@
+// The GPU side of gqattn-bench: the ceilings (streaming read, device copy, cuBLAS bf16 GEMM) and
+// timing of one decode or prefill case through the public plan/run API.
+// Layer: bench. Timing per ../shared/BENCHMARKS.md: random data, random page tables over a larger
+// pool, buffer sets rotated past the L2, CUDA-graph replays timed with events, median of reps.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "bench_case.h"
+#include "gqattn/attention.h"
+#include "gqattn/error.h"
+#include "prims/cuda_check.h"
+
+namespace gqattn::bench {
+namespace {
+
+constexpr size_t kL2RotateBytes = size_t(240) << 20;  // 4x the H200's 60 MB L2
+constexpr int kMaxSets = 8;
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, CudaFree>;
+DeviceBuffer alloc(size_t bytes) {
+  void* p = nullptr;
+  GQ_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  return DeviceBuffer(p);
+}
+
+__global__ void fill_random_kernel(uint16_t* data, size_t n, uint64_t seed, bool fp16) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24) * 2.f - 1.f;  // [-1, 1)
+    const float val = u == 0.f ? 0.5f : u;
+    if (fp16) {
+      __half h = __float2half_rn(val);
+      data[i] = *reinterpret_cast<uint16_t*>(&h);
+    } else {
+      __nv_bfloat16 b = __float2bfloat16_rn(val);
+      data[i] = *reinterpret_cast<uint16_t*>(&b);
+    }
+  }
+}
+
+void fill_random(void* p, size_t elems, uint64_t seed, DType dtype) {
+  fill_random_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), elems, seed, dtype == DType::kFP16);
+  GQ_CUDA_CHECK(cudaGetLastError());
+}
+
+// Sum of 16-byte words; several independent loads per thread in flight.
+__global__ void read_kernel(const uint4* data, size_t n, unsigned* sink) {
+  constexpr int kUnroll = 4;
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(data + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = data[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
+}
+
+template <typename Fn>
+double median_us(Fn&& fn, int iters) {
+  cudaEvent_t start, stop;
+  GQ_CUDA_CHECK(cudaEventCreate(&start));
+  GQ_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) fn(i);
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) {
+    GQ_CUDA_CHECK(cudaEventRecord(start));
+    fn(i);
+    GQ_CUDA_CHECK(cudaEventRecord(stop));
+    GQ_CUDA_CHECK(cudaEventSynchronize(stop));
+    GQ_CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  GQ_CUDA_CHECK(cudaEventDestroy(start));
+  GQ_CUDA_CHECK(cudaEventDestroy(stop));
+  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+  return ms[iters / 2] * 1e3;
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  GQ_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuBLAS error ", static_cast<int>(s), " in ", what);
+}
+
+// One buffer set of a case: pools (or ragged K/V), page table, q, o, and the captured run.
+struct CaseSet {
+  DeviceBuffer k, v, q, o, indptr, indices, last, qo_indptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Ceilings gpu_measure_ceilings() {
+  Ceilings c;
+  const size_t read_bytes = size_t(4) << 30;
+  DeviceBuffer buf = alloc(read_bytes), sink = alloc(16);
+  fill_random(buf.get(), read_bytes / 2, 1, DType::kBF16);
+  int sms = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const double read_us = median_us(
+      [&](int) {
+        read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf.get()), read_bytes / 16,
+                                      static_cast<unsigned*>(sink.get()));
+      },
+      20);
+  GQ_CUDA_CHECK(cudaGetLastError());
+  c.read_gbps = read_bytes / read_us * 1e-3;
+
+  const size_t copy_bytes = size_t(2) << 30;
+  DeviceBuffer dst = alloc(copy_bytes);
+  const double copy_us =
+      median_us([&](int) { GQ_CUDA_CHECK(cudaMemcpyAsync(dst.get(), buf.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, 20);
+  c.copy_gbps = 2.0 * copy_bytes / copy_us * 1e-3;
+  dst.reset();
+  buf.reset();
+
+  const int n = 8192;
+  DeviceBuffer a = alloc(size_t(n) * n * 2), b = alloc(size_t(n) * n * 2), d = alloc(size_t(n) * n * 2);
+  fill_random(a.get(), size_t(n) * n, 2, DType::kBF16);
+  fill_random(b.get(), size_t(n) * n, 3, DType::kBF16);
+  cublasHandle_t handle;
+  check_cublas(cublasCreate(&handle), "cublasCreate");
+  const float alpha = 1.f, beta = 0.f;
+  const double gemm_us = median_us(
+      [&](int) {
+        check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n, b.get(),
+                                  CUDA_R_16BF, n, &beta, d.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx");
+      },
+      20);
+  check_cublas(cublasDestroy(handle), "cublasDestroy");
+  c.gemm_tflops = 2.0 * n * n * double(n) / gemm_us * 1e-6;
+  GQ_CUDA_CHECK(cudaDeviceSynchronize());
+  return c;
+}
+
+BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters) {
+  const bool decode = c.family == "decode";
+  const bool paged = c.page_size > 0;
+  const int qo_len = c.qo_len;
+  const int64_t kv_total_tokens = int64_t(c.batch) * c.kv_len;
+  const size_t elem = 2;
+  const size_t kv_bytes_one = size_t(kv_total_tokens) * c.num_kv_heads * c.head_dim * elem * 2;
+  const size_t q_bytes = size_t(c.batch) * qo_len * c.num_qo_heads * c.head_dim * elem;
+  const int sets = static_cast<int>(std::min<size_t>(kMaxSets, std::max<size_t>(1, ceil_div(kL2RotateBytes, kv_bytes_one + 2 * q_bytes))));
+
+  cudaStream_t stream;
+  GQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer workspace = alloc(kRecommendedWorkspaceBytes);
+
+  // Lengths and the plan (identical for every set: only addresses differ).
+  const int page_size = paged ? c.page_size : 1;
+  const int64_t pages_per_req = ceil_div(c.kv_len, page_size);
+  const int64_t pages_needed = pages_per_req * c.batch;
+  const int64_t pool_pages = pages_needed + pages_needed / 8 + 1;  // random pages from a larger pool
+  std::vector<int32_t> kv_indptr(c.batch + 1), last(c.batch), qo_indptr(c.batch + 1);
+  for (int b = 0; b <= c.batch; ++b) {
+    kv_indptr[b] = static_cast<int32_t>(paged ? b * pages_per_req : int64_t(b) * c.kv_len);
+    qo_indptr[b] = b * qo_len;
+  }
+  for (int b = 0; b < c.batch; ++b) last[b] = static_cast<int32_t>(c.kv_len - (pages_per_req - 1) * page_size);
+  PlanInputs in;
+  in.device = Device::kCUDA;
+  in.dtype = c.dtype;
+  in.num_qo_heads = c.num_qo_heads;
+  in.num_kv_heads = c.num_kv_heads;
+  in.head_dim = c.head_dim;
+  in.page_size = paged ? c.page_size : 0;
+  in.causal = c.causal;
+  in.kv_indptr = kv_indptr;
+  if (paged) in.kv_last_page_len = last;
+  if (decode) in.qo_len = qo_len; else in.qo_indptr = qo_indptr;
+  const Plan plan = decode ? decode_plan(in, {workspace.get(), kRecommendedWorkspaceBytes}, stream)
+                           : prefill_plan(in, {workspace.get(), kRecommendedWorkspaceBytes}, stream);
+
+  std::vector<CaseSet> set(sets);
+  std::mt19937_64 rng(1234);
+  for (int s = 0; s < sets; ++s) {
+    CaseSet& cs = set[s];
+    const int64_t pool_tokens = paged ? pool_pages * page_size : kv_total_tokens;
+    const size_t kv_elems = size_t(pool_tokens) * c.num_kv_heads * c.head_dim;
+    cs.k = alloc(kv_elems * elem);
+    cs.v = alloc(kv_elems * elem);
+    fill_random(cs.k.get(), kv_elems, 10 + s, c.dtype);
+    fill_random(cs.v.get(), kv_elems, 20 + s, c.dtype);
+    const size_t q_elems = size_t(c.batch) * qo_len * c.num_qo_heads * c.head_dim;
+    cs.q = alloc(q_elems * elem);
+    cs.o = alloc(q_elems * elem);
+    fill_random(cs.q.get(), q_elems, 30 + s, c.dtype);
+    cs.indptr = alloc(kv_indptr.size() * 4);
+    cs.last = alloc(last.size() * 4);
+    cs.qo_indptr = alloc(qo_indptr.size() * 4);
+    GQ_CUDA_CHECK(cudaMemcpy(cs.indptr.get(), kv_indptr.data(), kv_indptr.size() * 4, cudaMemcpyHostToDevice));
+    GQ_CUDA_CHECK(cudaMemcpy(cs.last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+    GQ_CUDA_CHECK(cudaMemcpy(cs.qo_indptr.get(), qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice));
+    if (paged) {
+      std::vector<int32_t> perm(pool_pages);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      cs.indices = alloc(pages_needed * 4);
+      GQ_CUDA_CHECK(cudaMemcpy(cs.indices.get(), perm.data(), pages_needed * 4, cudaMemcpyHostToDevice));
+    }
+
+    const int64_t tokens = int64_t(c.batch) * qo_len;
+    const TensorView q = TensorView::contiguous(cs.q.get(), {tokens, c.num_qo_heads, c.head_dim}, c.dtype, Device::kCUDA);
+    const TensorView o = TensorView::contiguous(cs.o.get(), {tokens, c.num_qo_heads, c.head_dim}, c.dtype, Device::kCUDA);
+    PagedKV kv;
+    RaggedKV ragged;
+    if (paged) {
+      auto pool_view = [&](void* data) {
+        return c.layout == KVLayout::kHND
+                   ? TensorView::contiguous(data, {pool_pages, c.num_kv_heads, c.page_size, c.head_dim}, c.dtype,
+                                            Device::kCUDA)
+                   : TensorView::contiguous(data, {pool_pages, c.page_size, c.num_kv_heads, c.head_dim}, c.dtype,
+                                            Device::kCUDA);
+      };
+      kv.k_pages = pool_view(cs.k.get());
+      kv.v_pages = pool_view(cs.v.get());
+      kv.layout = c.layout;
+      kv.kv_page_indptr = TensorView::contiguous(cs.indptr.get(), {c.batch + 1}, DType::kInt32, Device::kCUDA);
+      kv.kv_page_indices = TensorView::contiguous(cs.indices.get(), {pages_needed}, DType::kInt32, Device::kCUDA);
+      kv.kv_last_page_len = TensorView::contiguous(cs.last.get(), {c.batch}, DType::kInt32, Device::kCUDA);
+    } else {
+      ragged.k = TensorView::contiguous(cs.k.get(), {kv_total_tokens, c.num_kv_heads, c.head_dim}, c.dtype, Device::kCUDA);
+      ragged.v = TensorView::contiguous(cs.v.get(), {kv_total_tokens, c.num_kv_heads, c.head_dim}, c.dtype, Device::kCUDA);
+      ragged.kv_indptr = TensorView::contiguous(cs.indptr.get(), {c.batch + 1}, DType::kInt32, Device::kCUDA);
+    }
+    cudaGraph_t graph;
+    GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    GQ_CUDA_CHECK(cudaDeviceSynchronize());
+    GQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      if (decode) {
+        decode_run(plan, DecodeArgs{q, kv, o, TensorView{}, 0.f}, stream);
+      } else {
+        PrefillArgs args;
+        args.q = q;
+        args.qo_indptr = TensorView::contiguous(cs.qo_indptr.get(), {c.batch + 1}, DType::kInt32, Device::kCUDA);
+        if (paged) args.paged = kv; else args.ragged = ragged;
+        args.causal = c.causal;
+        args.o = o;
+        prefill_run(plan, args, stream);
+      }
+    } catch (...) {  // end the capture, or every later CUDA call on this thread fails
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    GQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    GQ_CUDA_CHECK(cudaGraphInstantiate(&cs.exec, graph, 0));
+    GQ_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+
+  cudaEvent_t start, stop;
+  GQ_CUDA_CHECK(cudaEventCreate(&start));
+  GQ_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 2 * sets; ++i) GQ_CUDA_CHECK(cudaGraphLaunch(set[i % sets].exec, stream));
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) {
+    GQ_CUDA_CHECK(cudaEventRecord(start, stream));
+    GQ_CUDA_CHECK(cudaGraphLaunch(set[i % sets].exec, stream));
+    GQ_CUDA_CHECK(cudaEventRecord(stop, stream));
+    GQ_CUDA_CHECK(cudaEventSynchronize(stop));
+    GQ_CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  GQ_CUDA_CHECK(cudaEventDestroy(start));
+  GQ_CUDA_CHECK(cudaEventDestroy(stop));
+  for (CaseSet& cs : set) GQ_CUDA_CHECK(cudaGraphExecDestroy(cs.exec));
+  GQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+
+  BenchResult r;
+  r.median_us = ms[iters / 2] * 1e3;
+  if (decode) {
+    r.unit = "GB/s";
+    r.achieved = decode_bytes(c) / r.median_us * 1e-3;
+    r.pct_of_ceiling = ceilings.read_gbps > 0 ? 100.0 * r.achieved / ceilings.read_gbps : 0;
+  } else {
+    r.unit = "TFLOP/s";
+    r.achieved = prefill_flops(c) / r.median_us * 1e-6;
+    r.pct_of_ceiling = ceilings.gemm_tflops > 0 ? 100.0 * r.achieved / ceilings.gemm_tflops : 0;
+  }
+  r.status = "ok";
+  return r;
+}
+
+}  // namespace gqattn::bench

@@ -1,0 +1,406 @@
+"""Merges benchmark CSVs (gqattn-bench rows, peers.py rows, ceiling rows) into one CSV, a markdown
+report (per family: config, gqattn, each peer, ours over the best peer, % of ceiling) and a PNG
+plot of achieved GB/s or TFLOP/s against the ceiling. Columns: shared/BENCHMARKS.md "Outputs".
+Layer: bench (Python; needs only the standard library and matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+COLUMNS = ["family", "impl", "dtype", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
+           "batch", "qo_len", "kv_len", "causal", "median_us", "achieved", "unit",
+           "pct_of_ceiling", "status"]
+CONFIG_FIELDS = COLUMNS[2:11]
+OURS = "gqattn"
+PEER_ORDER = ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "expand_sdpa", "flex"]
+FAMILY_ORDER = ["decode", "prefill"]
+# Which ceiling each family is measured against, by preference: the CLI's rows (impl read / gemm,
+# or read_bw / gemm_bf16) win over peers.py's *_torch ones.
+FAMILY_CEILING = {"decode": ("read", "read_bw", "read_bw_torch"),
+                  "prefill": ("gemm", "gemm_bf16", "gemm_bf16_torch")}
+CEILING_ORDER = ["read", "read_bw", "read_bw_torch", "copy", "copy_bw", "copy_bw_torch", "gemm",
+                 "gemm_bf16", "gemm_bf16_torch"]
+FIGURE_TEXT = {
+    "decode": "achieved GB/s = (K + V + Q + O bytes) / median time",
+    "prefill": "TFLOP/s = 4 x visible (query, key) pairs x num_qo_heads x head_dim / median time "
+               "(causal counts only the visible keys)",
+}
+FAIL_MARK = "✗"
+MISSING = "–"
+
+Row = dict[str, str]
+Config = tuple[str, ...]
+
+
+@dataclass
+class Ceiling:
+    impl: str
+    value: float
+    unit: str
+
+
+@dataclass
+class Family:
+    """The rows of one family, grouped by configuration in order of first appearance."""
+    name: str
+    configs: dict[Config, dict[str, Row]] = field(default_factory=dict)
+    impls: list[str] = field(default_factory=list)
+    ceiling: Optional[Ceiling] = None
+
+    @property
+    def unit(self) -> str:
+        return "GB/s" if self.name == "decode" else "TFLOP/s"
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+def read_rows(paths: list[Path]) -> list[Row]:
+    """All rows of all CSVs, exact duplicates dropped, missing files reported."""
+    rows: list[Row] = []
+    seen: set[tuple[str, ...]] = set()
+    for path in paths:
+        if not path.exists():
+            print(f"[report] warning: {path} not found, skipped", file=sys.stderr)
+            continue
+        with path.open(newline="") as f:
+            for raw in csv.DictReader(f):
+                row = {c: (raw.get(c) or "").strip() for c in COLUMNS}
+                key = tuple(row.values())
+                if row["family"] and key not in seen:
+                    seen.add(key)
+                    rows.append(row)
+    return rows
+
+
+def is_ok(row: Row) -> bool:
+    """ok (the CLI's CPU rows say "ok (cpu)") with a positive figure."""
+    return row["status"].startswith("ok") and to_float(row["achieved"]) > 0
+
+
+def to_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def ceilings_of(rows: list[Row]) -> dict[str, Ceiling]:
+    """The first ok ceiling row of each impl."""
+    found: dict[str, Ceiling] = {}
+    for r in rows:
+        if r["family"] == "ceiling" and is_ok(r) and r["impl"] not in found:
+            found[r["impl"]] = Ceiling(r["impl"], float(r["achieved"]), r["unit"])
+    return found
+
+
+def family_ceiling(name: str, ceilings: dict[str, Ceiling]) -> Optional[Ceiling]:
+    for impl in FAMILY_CEILING.get(name, ()):
+        if impl in ceilings:
+            return ceilings[impl]
+    return None
+
+
+def ordered_impls(seen: list[str]) -> list[str]:
+    known = [OURS] + PEER_ORDER
+    return [i for i in known if i in seen] + [i for i in seen if i not in known]
+
+
+def group_families(rows: list[Row], ceilings: dict[str, Ceiling]) -> list[Family]:
+    """Families in FAMILY_ORDER then in order of appearance; per config the first ok row of each
+    impl, else its first row."""
+    families: dict[str, Family] = {}
+    seen_impls: dict[str, list[str]] = {}
+    for r in rows:
+        if r["family"] == "ceiling":
+            continue
+        fam = families.setdefault(r["family"], Family(r["family"]))
+        impls = seen_impls.setdefault(fam.name, [])
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+        cell = fam.configs.setdefault(tuple(r[c] for c in CONFIG_FIELDS), {})
+        if r["impl"] not in cell or (is_ok(r) and not is_ok(cell[r["impl"]])):
+            cell[r["impl"]] = r
+    for fam in families.values():
+        fam.impls = ordered_impls(seen_impls[fam.name])
+        fam.ceiling = family_ceiling(fam.name, ceilings)
+    order = {name: i for i, name in enumerate(FAMILY_ORDER)}
+    return sorted(families.values(), key=lambda f: order.get(f.name, len(order)))
+
+
+# ---- merged CSV ------------------------------------------------------------------------------
+
+def with_pct(row: Row, ceilings: dict[str, Ceiling]) -> Row:
+    """row with pct_of_ceiling recomputed against the family's ceiling (when one is known)."""
+    ceiling = family_ceiling(row["family"], ceilings)
+    if ceiling is None or not is_ok(row):
+        return row
+    return {**row, "pct_of_ceiling": f"{100.0 * float(row['achieved']) / ceiling.value:.1f}"}
+
+
+def write_csv(path: Path, rows: list[Row], ceilings: dict[str, Ceiling]) -> None:
+    ceiling_rows = [r for r in rows if r["family"] == "ceiling"]
+    rank = {impl: i for i, impl in enumerate(CEILING_ORDER)}
+    ceiling_rows.sort(key=lambda r: rank.get(r["impl"], len(rank)))
+    data = [with_pct(r, ceilings) for r in rows if r["family"] != "ceiling"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(ceiling_rows + data)
+
+
+# ---- markdown --------------------------------------------------------------------------------
+
+def config_cells(config: Config) -> list[str]:
+    c = dict(zip(CONFIG_FIELDS, config))
+    page = "contig" if c["page_size"] == "0" else c["page_size"]
+    return [f"{c['num_qo_heads']}/{c['num_kv_heads']}", c["head_dim"], page, c["batch"],
+            c["qo_len"], c["kv_len"], "yes" if c["causal"] == "1" else "no"]
+
+
+def short_label(config: Config) -> str:
+    c = dict(zip(CONFIG_FIELDS, config))
+    page = "c" if c["page_size"] == "0" else f"p{c['page_size']}"
+    kv = int(c["kv_len"])
+    kv_text = f"{kv // 1024}K" if kv % 1024 == 0 else str(kv)
+    causal = "" if c["causal"] == "1" else " nc"
+    return (f"{c['num_qo_heads']}/{c['num_kv_heads']} d{c['head_dim']} {page} "
+            f"b{c['batch']} q{c['qo_len']} kv{kv_text}{causal}")
+
+
+def fmt_value(value: float, unit: str) -> str:
+    return f"{value:.0f}" if unit == "GB/s" else f"{value:.1f}"
+
+
+def failure_reason(row: Row) -> str:
+    return row["status"].removeprefix("fail:").strip() or row["status"]
+
+
+def best_peer(cell: dict[str, Row]) -> Optional[Row]:
+    peers = [r for impl, r in cell.items() if impl != OURS and is_ok(r)]
+    return max(peers, key=lambda r: float(r["achieved"]), default=None)
+
+
+def ratio(cell: dict[str, Row]) -> Optional[float]:
+    ours, best = cell.get(OURS), best_peer(cell)
+    if ours is None or best is None or not is_ok(ours):
+        return None
+    return float(ours["achieved"]) / float(best["achieved"])
+
+
+def pct(row: Optional[Row], ceiling: Optional[Ceiling]) -> str:
+    if row is None or not is_ok(row):
+        return MISSING
+    value = 100.0 * float(row["achieved"]) / ceiling.value if ceiling else to_float(
+        row["pct_of_ceiling"])
+    return f"{value:.0f}%"
+
+
+class FailureLegend:
+    """Gives each distinct failure reason a letter, so table cells stay short."""
+
+    def __init__(self) -> None:
+        self.letters: dict[str, str] = {}
+
+    def mark(self, reason: str) -> str:
+        if reason not in self.letters:
+            self.letters[reason] = letter_of(len(self.letters))
+        return f"{FAIL_MARK} ({self.letters[reason]})"
+
+    def lines(self) -> list[str]:
+        return [f"- ({letter}) {reason}" for reason, letter in self.letters.items()]
+
+
+def letter_of(index: int) -> str:
+    alphabet = "abcdefghijklmnopqrstuvwxyz"
+    return alphabet[index % 26] * (index // 26 + 1)
+
+
+def value_cell(row: Optional[Row], unit: str, legend: FailureLegend) -> str:
+    if row is None:
+        return MISSING
+    if is_ok(row):
+        return fmt_value(float(row["achieved"]), unit)
+    return legend.mark(failure_reason(row))
+
+
+def table_row(config: Config, cell: dict[str, Row], fam: Family, legend: FailureLegend) -> str:
+    values = [value_cell(cell.get(impl), fam.unit, legend) for impl in fam.impls]
+    if OURS in cell and is_ok(cell[OURS]):
+        values[fam.impls.index(OURS)] = f"**{values[fam.impls.index(OURS)]}**"
+    best = best_peer(cell)
+    r = ratio(cell)
+    tail = [best["impl"] if best else MISSING, f"{r:.2f}x" if r is not None else MISSING,
+            pct(cell.get(OURS), fam.ceiling)]
+    return "| " + " | ".join(config_cells(config) + values + tail) + " |"
+
+
+def summary_line(fam: Family) -> str:
+    ratios = [r for r in (ratio(cell) for cell in fam.configs.values()) if r is not None]
+    if not ratios:
+        return f"{len(fam.configs)} configs; no config has both a gqattn and a peer figure."
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    wins = sum(r > 1.0 for r in ratios)
+    return (f"{len(fam.configs)} configs; gqattn ahead of the best peer in {wins} of "
+            f"{len(ratios)} compared, geometric mean ours/best peer {geomean:.2f}x, "
+            f"range {min(ratios):.2f}x to {max(ratios):.2f}x.")
+
+
+def family_section(fam: Family) -> list[str]:
+    legend = FailureLegend()
+    ceiling = (f"{fam.ceiling.impl} {fmt_value(fam.ceiling.value, fam.ceiling.unit)} "
+               f"{fam.ceiling.unit}" if fam.ceiling else "none measured")
+    header = ["heads (qo/kv)", "head_dim", "page", "batch", "qo_len", "kv_len", "causal"]
+    header += fam.impls + ["best peer", "ours / best peer", "ours % of ceiling"]
+    lines = [f"## {fam.name} ({fam.unit}; ceiling {ceiling})", "",
+             FIGURE_TEXT.get(fam.name, ""), "", summary_line(fam), "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [table_row(config, cell, fam, legend) for config, cell in fam.configs.items()]
+    if legend.letters:
+        lines += ["", f"Failures ({FAIL_MARK}):", *legend.lines()]
+    return lines + [""]
+
+
+def header_lines(args: argparse.Namespace, ceilings: dict[str, Ceiling]) -> list[str]:
+    listed = [c for impl in CEILING_ORDER if (c := ceilings.get(impl))]
+    listed += [c for impl, c in ceilings.items() if impl not in CEILING_ORDER]
+    ceiling_text = ", ".join(f"{c.impl} {fmt_value(c.value, c.unit)} {c.unit}" for c in listed)
+    lines = [f"# {args.title}", "",
+             f"- GPU: {args.gpu or 'not given'}",
+             f"- commit: {args.commit or 'not given'}",
+             f"- date: {args.date}",
+             f"- command: `{args.command}`" if args.command else "- command: not given"]
+    if args.clocks:
+        lines.append(f"- clocks: {args.clocks}")
+    lines += [f"- ceilings (same run): {ceiling_text or 'none found'}",
+              "- inputs: " + ", ".join(str(p) for p in args.csv),
+              "- values are achieved figures, higher is better; % of ceiling is recomputed here "
+              "against the family's ceiling; peers read contiguous K/V, gqattn reads pages "
+              "(see bench/README.md)", ""]
+    return lines
+
+
+def write_markdown(path: Path, families: list[Family], args: argparse.Namespace,
+                   ceilings: dict[str, Ceiling]) -> None:
+    lines = header_lines(args, ceilings)
+    for fam in families:
+        lines += family_section(fam)
+    path.write_text("\n".join(lines))
+
+
+# ---- plot ------------------------------------------------------------------------------------
+
+PLOT_INCH_PER_CONFIG = 0.16
+PLOT_MIN_WIDTH = 10.0
+PLOT_HEIGHT = 6.0
+PLOT_DPI = 150
+
+
+def series(fam: Family, impl: str) -> list[float]:
+    """Achieved per config, NaN where impl failed or has no row (a gap in the line)."""
+    out = []
+    for cell in fam.configs.values():
+        row = cell.get(impl)
+        out.append(float(row["achieved"]) if row is not None and is_ok(row) else math.nan)
+    return out
+
+
+def group_of(config: Config) -> tuple[str, ...]:
+    """Configs of one group differ only in batch and kv_len; lines are not drawn across groups."""
+    c = dict(zip(CONFIG_FIELDS, config))
+    return tuple(c[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim", "page_size",
+                                "qo_len" if c["qo_len"] != c["kv_len"] else "causal", "causal"))
+
+
+def segments(fam: Family) -> list[range]:
+    groups = [group_of(c) for c in fam.configs]
+    starts = [i for i in range(len(groups)) if i == 0 or groups[i] != groups[i - 1]]
+    return [range(s, e) for s, e in zip(starts, starts[1:] + [len(groups)])]
+
+
+def plot_family(ax, fam: Family) -> None:
+    spans = segments(fam)
+    for impl in fam.impls:
+        ours, ys = impl == OURS, series(fam, impl)
+        style = dict(marker="o" if ours else ".", linewidth=2.0 if ours else 0.8,
+                     markersize=4 if ours else 3, zorder=3 if ours else 2)
+        line = ax.plot(list(spans[0]), ys[spans[0].start:spans[0].stop], label=impl,
+                       color="black" if ours else None, **style)[0]
+        for span in spans[1:]:
+            ax.plot(list(span), ys[span.start:span.stop], color=line.get_color(), **style)
+    for span in spans[1:]:
+        ax.axvline(span.start - 0.5, color="grey", linewidth=0.5, alpha=0.5)
+    if fam.ceiling:
+        ax.axhline(fam.ceiling.value, color="red", linestyle="--", linewidth=1,
+                   label=f"ceiling {fam.ceiling.impl} {fmt_value(fam.ceiling.value, fam.unit)}")
+    n = len(fam.configs)
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([short_label(c) for c in fam.configs], rotation=90, fontsize=5)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(f"{fam.name}: achieved {fam.unit}")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=8, frameon=False)
+
+
+def write_plot(path: Path, families: list[Family], title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    if not families:
+        return
+    most = max(len(f.configs) for f in families)
+    width = max(PLOT_MIN_WIDTH, PLOT_INCH_PER_CONFIG * most)
+    fig, axes = plt.subplots(len(families), 1, figsize=(width, PLOT_HEIGHT * len(families)),
+                             squeeze=False)
+    for ax, fam in zip(axes[:, 0], families):
+        plot_family(ax, fam)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=PLOT_DPI)
+    plt.close(fig)
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--csv", type=Path, nargs="+", required=True, help="input CSVs")
+    p.add_argument("--out-prefix", type=Path, required=True,
+                   help="writes <prefix>.csv, <prefix>.md, <prefix>.png")
+    p.add_argument("--title", default="", help="default: gqattn <families> benchmark")
+    p.add_argument("--gpu", default="")
+    p.add_argument("--commit", default="")
+    p.add_argument("--command", default="")
+    p.add_argument("--clocks", default="", help="clocks seen during the run (free text)")
+    p.add_argument("--date", default=datetime.date.today().isoformat())
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    rows = read_rows(args.csv)
+    if not rows:
+        print("[report] no rows found", file=sys.stderr)
+        return 1
+    ceilings = ceilings_of(rows)
+    families = group_families(rows, ceilings)
+    args.title = args.title or f"gqattn {', '.join(f.name for f in families)} benchmark"
+    prefix = args.out_prefix
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    outputs = [Path(f"{prefix}.{ext}") for ext in ("csv", "md", "png")]
+    write_csv(outputs[0], rows, ceilings)
+    write_markdown(outputs[1], families, args, ceilings)
+    write_plot(outputs[2], families, args.title)
+    print("[report] wrote " + ", ".join(str(p) for p in outputs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

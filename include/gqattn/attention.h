@@ -1,0 +1,169 @@
+// The attention operations: append_kv, decode and prefill (plan/run), merge_states.
+// Layer: include/gqattn (public, host-only). The backend follows the tensors' device: CPU tensors
+// run on the float64-accumulating CPU backend, CUDA tensors on the GPU kernels.
+//
+// Conventions shared by every call:
+//   q, o:  [tokens, num_qo_heads, head_dim], bf16 or fp16 (fp32 accepted by the CPU backend),
+//          last dimension contiguous, 16-byte aligned rows on the GPU.
+//   group_size = num_qo_heads / num_kv_heads; query head h reads K/V head h / group_size.
+//   lse:   optional fp32 [tokens, num_qo_heads], natural-log log-sum-exp of the scaled logits;
+//          -inf for a row that sees no key (whose output is 0).
+//   sm_scale: 0 means 1 / sqrt(head_dim).
+//   Causal masks are aligned to the end of each request's KV: query token i of a request with
+//   qo_len new tokens and kv_len keys sees keys 0 .. kv_len - qo_len + i.
+//   stream: a cudaStream_t passed as void* (nullptr: the default stream); ignored on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gqattn/paged_kv.h"
+#include "gqattn/tensor.h"
+
+namespace gqattn {
+
+// ---------------------------------------------------------------------------------------------
+// append_kv: writes new tokens' K/V into their page slots.
+//   k_new, v_new:   [num_tokens, num_kv_heads, head_dim], same dtype as the pools.
+//   batch_indices:  int32 [num_tokens], the request each token belongs to.
+//   positions:      int32 [num_tokens], the token's position in its request's KV (0-based); the
+//                   slot is page kv_page_indices[kv_page_indptr[b] + pos / page_size], row
+//                   pos % page_size. The pages must already be in the table.
+// On the CPU every index is checked and an out-of-range one throws before anything is written. On
+// the GPU the kernel skips tokens whose position lies beyond the request's pages (it cannot throw
+// without a host sync); validate on the host with the CPU backend's checks when in doubt.
+// Does not allocate or synchronise.
+void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
+               const TensorView& batch_indices, const TensorView& positions, void* stream = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Plan / run. plan() runs on the host once per batch (per step): it checks the lengths, picks the
+// kernel and the split-KV chunking, and (for CUDA) uploads the work list into the caller's
+// workspace with an async copy on `stream`. run() is then called once per layer: it allocates
+// nothing and never synchronises, so it can be captured in a CUDA graph.
+
+// A device (or, for the CPU backend, unused) scratch buffer that the plan lays out.
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+// A workspace of this size serves any batch up to 16K requests and head_dim 256.
+constexpr size_t kRecommendedWorkspaceBytes = size_t(128) << 20;
+
+// Host-side facts about a batch, from which a plan is made. All vectors live on the host.
+struct PlanInputs {
+  Device device = Device::kCUDA;
+  int device_id = 0;
+  DType dtype = DType::kBF16;  // of q / k / v
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  // Paged K/V: the page size. Ragged K/V: 0.
+  int page_size = 0;
+  bool causal = false;
+  // Prefill: [batch + 1] row offsets of each request's query tokens. Decode: leave empty and set
+  // qo_len (every request has qo_len new tokens).
+  std::vector<int32_t> qo_indptr;
+  int qo_len = 1;
+  // Paged: the CSR page indptr [batch + 1] and last_page_len [batch].
+  // Ragged: kv_indptr [batch + 1] token offsets and an empty kv_last_page_len.
+  std::vector<int32_t> kv_indptr;
+  std::vector<int32_t> kv_last_page_len;
+  // Checked mode: when given (paged only), every page id is checked against [0, num_pages).
+  std::vector<int32_t> kv_page_indices;
+  int64_t num_pages = -1;
+  // CUDA-graph mode: the attention grid and the workspace layout depend only on the device, the
+  // heads, head_dim and the workspace size, never on the lengths, so a graph captured with one
+  // plan's run() replays correctly after plan() is called again (same workspace, same batch size
+  // and qo_len) with other lengths.
+  bool enable_cuda_graph = false;
+  // Upper bound on split-KV chunks per request (1 disables split-KV). 0: the planner decides.
+  int max_num_splits = 0;
+};
+
+// What plan() decided. Treat it as opaque; its fields are visible for tests and benchmarks.
+struct Plan {
+  Device device = Device::kCPU;
+  int device_id = 0;
+  DType dtype = DType::kBF16;
+  int batch = 0;
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;  // 0: ragged
+  bool causal = false;
+  bool is_decode = false;
+  int64_t total_qo = 0;
+  std::vector<int32_t> qo_indptr;  // host copy
+  std::vector<int32_t> kv_len;     // host copy
+  // Kernel choice and launch geometry (CUDA).
+  int kernel_id = -1;     // row of the kernel table that select_kernel() chose
+  int cta_rows = 0;       // packed query rows per work item
+  int kv_chunk = 0;       // tokens per split-KV chunk (0: no split)
+  int num_work = 0;       // attention work items
+  int num_ctas = 0;       // attention grid size
+  int max_splits = 1;     // most chunks any request was split into
+  bool split = false;     // true when some request's partial results need merging
+  // Device pointers into the workspace.
+  void* d_header = nullptr;       // int32[2]: num_work, batch
+  void* d_work = nullptr;         // work items
+  void* d_requests = nullptr;     // per-request merge info
+  float* d_partial_o = nullptr;   // fp32 partial outputs
+  float* d_partial_lse = nullptr; // fp32 partial LSE (base 2)
+  size_t workspace_bytes_used = 0;
+};
+
+// Decode: every request has qo_len (= PlanInputs::qo_len, 1..8) new tokens at the end of its KV,
+// causal among themselves (speculative decoding); K/V paged.
+//   q, o: [batch * qo_len, num_qo_heads, head_dim]; request b's tokens are rows b*qo_len ...
+struct DecodeArgs {
+  TensorView q;
+  PagedKV kv;
+  TensorView o;
+  TensorView lse;  // optional
+  float sm_scale = 0.f;
+};
+
+// Prefill: a varlen batch; K/V either paged or ragged (exactly one of the two given).
+//   q, o: [qo_indptr[batch], num_qo_heads, head_dim]; qo_indptr is int32 [batch + 1] on the
+//   tensors' device (run() reads the plan's host copy; the two must agree).
+struct PrefillArgs {
+  TensorView q;
+  TensorView qo_indptr;
+  PagedKV paged;
+  RaggedKV ragged;
+  bool causal = false;
+  TensorView o;
+  TensorView lse;  // optional
+  float sm_scale = 0.f;
+};
+
+Plan decode_plan(const PlanInputs& inputs, const Workspace& workspace, void* stream = nullptr);
+void decode_run(const Plan& plan, const DecodeArgs& args, void* stream = nullptr);
+
+Plan prefill_plan(const PlanInputs& inputs, const Workspace& workspace, void* stream = nullptr);
+void prefill_run(const Plan& plan, const PrefillArgs& args, void* stream = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// merge_states: combines partial attention results over disjoint key sets.
+//   v:   [n, num_states, num_heads, head_dim] (bf16, fp16 or fp32), s: fp32 [n, num_states, num_heads]
+//        (natural-log LSE of each partial, -inf for an empty one).
+//   v_merged: [n, num_heads, head_dim] (any of the three dtypes), s_merged: optional fp32 [n, num_heads].
+// Merging zero non-empty states gives 0 and -inf. Does not allocate or synchronise.
+void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged,
+                  const TensorView& s_merged, void* stream = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Capabilities, as select_kernel() answers them for this build.
+struct BuildInfo {
+  bool cuda = false;                 // built with CUDA kernels
+  std::vector<int> head_dims;        // head dims compiled for the GPU
+  std::vector<DType> dtypes;         // dtypes compiled for the GPU
+  std::vector<int> cuda_archs;       // e.g. {80, 90}
+};
+BuildInfo build_info();
+// Number of usable CUDA devices (0 when built without CUDA or none present).
+int cuda_device_count();
+
+}  // namespace gqattn

@@ -1,0 +1,37 @@
+# shellcheck shell=bash
+# Sourced by scripts/run.sh and scripts/test.sh (not a command of its own): configures the CMake
+# build in $GQATTN_BUILD_DIR (default build) with Ninja, passing GQATTN_CUDA, GQATTN_CUDA_ARCHS,
+# GQATTN_HEAD_DIMS and GQATTN_DTYPES to CMake when they are set, and builds with every core.
+
+GQATTN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${GQATTN_BUILD_DIR:-build}"
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$GQATTN_ROOT/$BUILD_DIR" ;; esac
+JOBS="$(nproc 2>/dev/null || echo 2)"
+
+gqattn_configure() {
+  local args=(-S "$GQATTN_ROOT" -B "$BUILD_DIR" -G Ninja)
+  [[ -n "${GQATTN_CUDA:-}" ]] && args+=("-DGQATTN_CUDA=$GQATTN_CUDA")
+  [[ -n "${GQATTN_CUDA_ARCHS:-}" ]] && args+=("-DGQATTN_CUDA_ARCHS=$GQATTN_CUDA_ARCHS")
+  [[ -n "${GQATTN_HEAD_DIMS:-}" ]] && args+=("-DGQATTN_HEAD_DIMS=$GQATTN_HEAD_DIMS")
+  [[ -n "${GQATTN_DTYPES:-}" ]] && args+=("-DGQATTN_DTYPES=$GQATTN_DTYPES")
+  # Debian's googletest package ships the sources; build them with our compiler flags.
+  if [[ -n "${GQATTN_GTEST_SOURCE_DIR:-}" ]]; then
+    args+=("-DGQATTN_GTEST_SOURCE_DIR=$GQATTN_GTEST_SOURCE_DIR")
+  elif [[ -f /usr/src/googletest/CMakeLists.txt ]]; then
+    args+=("-DGQATTN_GTEST_SOURCE_DIR=/usr/src/googletest")
+  fi
+  # The CUDA toolkit's usual home when nvcc is not on PATH.
+  if [[ -z "${CUDACXX:-}" ]] && ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    export CUDACXX=/usr/local/cuda/bin/nvcc
+  fi
+  cmake "${args[@]}"
+}
+
+gqattn_build() {
+  cmake --build "$BUILD_DIR" -j "$JOBS" "$@"
+}
+
+# True when a CUDA GPU is visible to the driver.
+gqattn_have_gpu() {
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'
+}

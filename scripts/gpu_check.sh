@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: configure + build for sm_90a, run the whole test suite, the
+# compute-sanitizer subset, and the benchmarks (ours, ceilings, peers) with their report.
+# Usage: LOG_DIR=/path scripts/gpu_check.sh [stage ...]   stages: build test sanitize bench (default: all)
+# Env: BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1.
+# Needs CUDA, CMake, ninja, python3 with torch; GoogleTest sources in .deps/googletest (copied from
+# Debian's googletest package: cp -r /usr/src/googletest .deps/) or GQATTN_GTEST_SOURCE_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG_DIR=${LOG_DIR:-/tmp/gqattn-logs}   # $OUT returns at most 8 files: everything is tarred there at the end
+BUILD=${GQATTN_BUILD_DIR:-build-gpu}
+GTEST=${GQATTN_GTEST_SOURCE_DIR:-$PWD/.deps/googletest}
+STAGES=${*:-build test sanitize bench}
+BENCH_ITERS=${BENCH_ITERS:-30}
+mkdir -p "$LOG_DIR"
+status=0
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+step() { echo "=== $1 ($(date +%H:%M:%S))"; }
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$LOG_DIR/gpu.txt" 2>&1
+cat "$LOG_DIR/gpu.txt"
+
+if has build; then
+  step build
+  cmake -S . -B "$BUILD" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS="${GQATTN_CUDA_ARCHS:-90a}" \
+    ${GQATTN_HEAD_DIMS:+-DGQATTN_HEAD_DIMS="$GQATTN_HEAD_DIMS"} ${GQATTN_DTYPES:+-DGQATTN_DTYPES="$GQATTN_DTYPES"} \
+    -DGQATTN_GTEST_SOURCE_DIR="$GTEST" > "$LOG_DIR/configure.log" 2>&1 || { tail -30 "$LOG_DIR/configure.log"; exit 1; }
+  cmake --build "$BUILD" -j "$(nproc)" > "$LOG_DIR/build.log" 2>&1 || { grep -E "error|Error" -A3 "$LOG_DIR/build.log" | head -60; exit 1; }
+  grep -E "spill|registers" "$LOG_DIR/build.log" | sort | uniq -c | head -40 > "$LOG_DIR/ptxas.txt" || true
+fi
+
+if has test; then
+  step test
+  ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$LOG_DIR/ctest.log" 2>&1 || status=1
+  tail -25 "$LOG_DIR/ctest.log"
+fi
+
+if has sanitize; then
+  step sanitize
+  SAN="compute-sanitizer --error-exitcode 1"
+  T="$BUILD/tests/gqattn_gpu_tests"
+  $SAN --tool memcheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuDecode.EveryHeadDim*:GpuPrefill.EveryHeadDim*:GpuAppendKV.*:GpuMergeStates.*' \
+    > "$LOG_DIR/memcheck.log" 2>&1 && echo "memcheck: clean" || { status=1; tail -30 "$LOG_DIR/memcheck.log"; }
+  $SAN --tool racecheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*' \
+    > "$LOG_DIR/racecheck.log" 2>&1 && echo "racecheck: clean" || { status=1; tail -30 "$LOG_DIR/racecheck.log"; }
+  $SAN --tool synccheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic' \
+    > "$LOG_DIR/synccheck.log" 2>&1 && echo "synccheck: clean" || { status=1; tail -30 "$LOG_DIR/synccheck.log"; }
+fi
+
+if has bench; then
+  step bench
+  for fam in ${BENCH_FAMILIES:-decode prefill}; do
+    sweep=${BENCH_SWEEP_DIR:-bench/sweeps}/$fam.csv
+    "$BUILD/gqattn-bench" --device cuda --sweep "$sweep" --iters "$BENCH_ITERS" --csv "$LOG_DIR/ours_$fam.csv" \
+      > "$LOG_DIR/ours_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/ours_$fam.log"; }
+    tail -5 "$LOG_DIR/ours_$fam.log"
+    if [ -z "${SKIP_PEERS:-}" ]; then
+      PYTHONUNBUFFERED=1 python3 bench/peers.py --sweep "$sweep" --csv "$LOG_DIR/peers_$fam.csv" ${PEERS:+--peers "$PEERS"} \
+        --ceilings "$LOG_DIR/ours_$fam.csv" --iters "$BENCH_ITERS" > "$LOG_DIR/peers_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/peers_$fam.log"; }
+    fi
+    peers_csv=$([ -z "${SKIP_PEERS:-}" ] && echo "$LOG_DIR/peers_$fam.csv")
+    python3 bench/report.py --csv "$LOG_DIR/ours_$fam.csv" $peers_csv \
+      --out-prefix "$LOG_DIR/$(date +%Y-%m-%d)_h200_$fam" --gpu "$(head -2 "$LOG_DIR/gpu.txt" | tail -1 | cut -d, -f1)" \
+      --commit "${GQ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" --command "scripts/gpu_check.sh bench" \
+      > "$LOG_DIR/report_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/report_$fam.log"; }
+  done
+fi
+
+step "done (status $status)"
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/logs.tgz" -C "$LOG_DIR" . ; fi
+exit $status

@@ -1,0 +1,206 @@
+// The CPU backend's attention, append_kv and merge_states: float64 accumulation, plain loops.
+// Layer: src/cpu (host-only). Inputs are validated by src/api before they reach this file, so
+// every page id and length here is known to be in range.
+#include "cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "api/host_float.h"
+
+namespace gqattn::cpu {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// One request's keys and values for one K/V head, densely: row j holds key j.
+struct HeadKV {
+  int64_t kv_len = 0;
+  int64_t head_dim = 0;
+  std::vector<double> k;  // [kv_len, head_dim]
+  std::vector<double> v;  // [kv_len, head_dim]
+};
+
+// Fills `out` with request b's keys and values of K/V head g.
+using GatherFn = std::function<void(int b, int g, HeadKV& out)>;
+
+// Element offset of key j of request b, K/V head g, dim 0, in a page pool with the given strides.
+int64_t paged_offset(const PagedKV& kv, const TensorView& pool, int b, int64_t j, int g) {
+  const int32_t* indptr = kv.kv_page_indptr.ptr<int32_t>();
+  const int32_t* indices = kv.kv_page_indices.ptr<int32_t>();
+  const int64_t page_size = kv.page_size();
+  const int64_t page = indices[indptr[b] + j / page_size];
+  const int64_t row = j % page_size;
+  if (kv.layout == KVLayout::kHND)
+    return page * pool.strides[0] + g * pool.strides[1] + row * pool.strides[2];
+  return page * pool.strides[0] + row * pool.strides[1] + g * pool.strides[2];
+}
+
+GatherFn gather_paged(const PagedKV& kv, const Plan& plan) {
+  return [&kv, &plan](int b, int g, HeadKV& out) {
+    out.kv_len = plan.kv_len[b];
+    out.head_dim = plan.head_dim;
+    out.k.resize(size_t(out.kv_len * out.head_dim));
+    out.v.resize(size_t(out.kv_len * out.head_dim));
+    for (int64_t j = 0; j < out.kv_len; ++j) {
+      const int64_t ko = paged_offset(kv, kv.k_pages, b, j, g);
+      const int64_t vo = paged_offset(kv, kv.v_pages, b, j, g);
+      for (int64_t d = 0; d < out.head_dim; ++d) {
+        out.k[j * out.head_dim + d] = load_as_double(kv.k_pages.data, kv.k_pages.dtype, ko + d);
+        out.v[j * out.head_dim + d] = load_as_double(kv.v_pages.data, kv.v_pages.dtype, vo + d);
+      }
+    }
+  };
+}
+
+GatherFn gather_ragged(const RaggedKV& kv, const Plan& plan) {
+  return [&kv, &plan](int b, int g, HeadKV& out) {
+    const int64_t first = kv.kv_indptr.ptr<int32_t>()[b];
+    out.kv_len = plan.kv_len[b];
+    out.head_dim = plan.head_dim;
+    out.k.resize(size_t(out.kv_len * out.head_dim));
+    out.v.resize(size_t(out.kv_len * out.head_dim));
+    for (int64_t j = 0; j < out.kv_len; ++j) {
+      const int64_t ko = (first + j) * kv.k.strides[0] + g * kv.k.strides[1];
+      const int64_t vo = (first + j) * kv.v.strides[0] + g * kv.v.strides[1];
+      for (int64_t d = 0; d < out.head_dim; ++d) {
+        out.k[j * out.head_dim + d] = load_as_double(kv.k.data, kv.k.dtype, ko + d);
+        out.v[j * out.head_dim + d] = load_as_double(kv.v.data, kv.v.dtype, vo + d);
+      }
+    }
+  };
+}
+
+// The attention of every request of the plan; K/V come from `gather`.
+void attend(const Plan& plan, const TensorView& q, const TensorView& o, const TensorView& lse,
+            float sm_scale, bool causal, const GatherFn& gather) {
+  const int64_t head_dim = plan.head_dim;
+  const int group_size = plan.num_qo_heads / plan.num_kv_heads;
+  const double scale = sm_scale == 0.f ? 1.0 / std::sqrt(double(head_dim)) : double(sm_scale);
+  HeadKV kv;
+  std::vector<double> qrow(static_cast<size_t>(head_dim)), logits, acc(static_cast<size_t>(head_dim));
+  for (int b = 0; b < plan.batch; ++b) {
+    const int64_t qo_begin = plan.qo_indptr[b];
+    const int64_t qo_len = plan.qo_indptr[b + 1] - qo_begin;
+    if (qo_len == 0) continue;
+    for (int g = 0; g < plan.num_kv_heads; ++g) {
+      gather(b, g, kv);
+      for (int h = g * group_size; h < (g + 1) * group_size; ++h) {
+        for (int64_t i = 0; i < qo_len; ++i) {
+          const int64_t token = qo_begin + i;
+          // Causal: token i is key kv_len - qo_len + i of its request and sees keys up to it.
+          const int64_t visible =
+              causal ? std::clamp<int64_t>(kv.kv_len - qo_len + i + 1, 0, kv.kv_len) : kv.kv_len;
+          const int64_t q_off = token * q.strides[0] + h * q.strides[1];
+          const int64_t o_off = token * o.strides[0] + h * o.strides[1];
+          std::fill(acc.begin(), acc.end(), 0.0);
+          double lse_value = kNegInf;
+          if (visible > 0) {
+            for (int64_t d = 0; d < head_dim; ++d) qrow[d] = load_as_double(q.data, q.dtype, q_off + d);
+            logits.assign(size_t(visible), 0.0);
+            double max_logit = kNegInf;
+            for (int64_t j = 0; j < visible; ++j) {
+              double dot = 0.0;
+              for (int64_t d = 0; d < head_dim; ++d) dot += qrow[d] * kv.k[j * head_dim + d];
+              logits[j] = scale * dot;
+              max_logit = std::max(max_logit, logits[j]);
+            }
+            double denom = 0.0;
+            for (int64_t j = 0; j < visible; ++j) {
+              const double p = std::exp(logits[j] - max_logit);
+              denom += p;
+              for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * kv.v[j * head_dim + d];
+            }
+            for (int64_t d = 0; d < head_dim; ++d) acc[d] /= denom;
+            lse_value = max_logit + std::log(denom);
+          }
+          for (int64_t d = 0; d < head_dim; ++d) store_from_double(o.data, o.dtype, o_off + d, acc[d]);
+          if (lse.defined()) {
+            store_from_double(lse.data, DType::kFP32, token * lse.strides[0] + h * lse.strides[1],
+                              lse_value);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void decode(const Plan& plan, const DecodeArgs& args) {
+  attend(plan, args.q, args.o, args.lse, args.sm_scale, /*causal=*/true,
+         gather_paged(args.kv, plan));
+}
+
+void prefill(const Plan& plan, const PrefillArgs& args) {
+  const GatherFn gather =
+      args.paged.defined() ? gather_paged(args.paged, plan) : gather_ragged(args.ragged, plan);
+  attend(plan, args.q, args.o, args.lse, args.sm_scale, plan.causal, gather);
+}
+
+void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
+               const TensorView& batch_indices, const TensorView& positions) {
+  const int64_t tokens = k_new.shape[0];
+  const int64_t heads = kv.num_kv_heads();
+  const size_t row_bytes = size_t(kv.head_dim()) * dtype_size(kv.k_pages.dtype);
+  const int32_t* bidx = batch_indices.ptr<int32_t>();
+  const int32_t* pos = positions.ptr<int32_t>();
+  const int64_t elem = int64_t(dtype_size(kv.k_pages.dtype));
+  auto* k_pool = static_cast<char*>(kv.k_pages.data);
+  auto* v_pool = static_cast<char*>(kv.v_pages.data);
+  const auto* k_src = static_cast<const char*>(k_new.data);
+  const auto* v_src = static_cast<const char*>(v_new.data);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int g = 0; g < heads; ++g) {
+      const int64_t k_dst = paged_offset(kv, kv.k_pages, bidx[t], pos[t], g);
+      const int64_t v_dst = paged_offset(kv, kv.v_pages, bidx[t], pos[t], g);
+      std::memcpy(k_pool + k_dst * elem, k_src + (t * k_new.strides[0] + g * k_new.strides[1]) * elem,
+                  row_bytes);
+      std::memcpy(v_pool + v_dst * elem, v_src + (t * v_new.strides[0] + g * v_new.strides[1]) * elem,
+                  row_bytes);
+    }
+  }
+}
+
+void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged,
+                  const TensorView& s_merged) {
+  const int64_t n = v.shape[0], states = v.shape[1], heads = v.shape[2], head_dim = v.shape[3];
+  std::vector<double> acc(static_cast<size_t>(head_dim));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      double max_lse = kNegInf;
+      for (int64_t i = 0; i < states; ++i) {
+        const double lse = load_as_double(s.data, DType::kFP32, r * s.strides[0] + i * s.strides[1] + h * s.strides[2]);
+        if (lse > kNegInf) max_lse = std::max(max_lse, lse);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double merged_lse = kNegInf;
+      if (max_lse > kNegInf) {
+        double denom = 0.0;
+        for (int64_t i = 0; i < states; ++i) {
+          const double lse = load_as_double(s.data, DType::kFP32, r * s.strides[0] + i * s.strides[1] + h * s.strides[2]);
+          if (!(lse > kNegInf)) continue;  // empty state: its v is meaningless
+          const double w = std::exp(lse - max_lse);
+          denom += w;
+          const int64_t off = r * v.strides[0] + i * v.strides[1] + h * v.strides[2];
+          for (int64_t d = 0; d < head_dim; ++d) acc[d] += w * load_as_double(v.data, v.dtype, off + d);
+        }
+        for (int64_t d = 0; d < head_dim; ++d) acc[d] /= denom;
+        merged_lse = max_lse + std::log(denom);
+      }
+      const int64_t out = r * v_merged.strides[0] + h * v_merged.strides[1];
+      for (int64_t d = 0; d < head_dim; ++d) store_from_double(v_merged.data, v_merged.dtype, out + d, acc[d]);
+      if (s_merged.defined()) {
+        store_from_double(s_merged.data, DType::kFP32, r * s_merged.strides[0] + h * s_merged.strides[1],
+                          merged_lse);
+      }
+    }
+  }
+}
+
+}  // namespace gqattn::cpu

@@ -1,0 +1,297 @@
+// The CUDA backend: completes plans (kernel choice, split-KV, workspace layout and upload) and
+// turns validated run() arguments into kernel parameters. Layer: src/dispatch (host-only).
+#include "dispatch/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "dispatch/select_kernel.h"
+#include "gqattn/error.h"
+#include "kernels/launch.h"
+#include "plan/planner.h"
+#include "prims/cuda_check.h"
+
+namespace gqattn::cuda_backend {
+namespace {
+
+// Workspace layout: [header | work items | merge requests | partial lse | partial o]. The offsets
+// depend only on the workspace size and head_dim, never on lengths (CUDA-graph replay relies on
+// this).
+constexpr size_t kAlign = 256;
+constexpr size_t kMaxWorkItems = size_t(1) << 17;
+constexpr size_t kMaxRequests = size_t(1) << 16;
+// A split-KV chunk never holds fewer keys than this: below it the partial write and the merge
+// cost more than the parallelism gains (docs/perf-notes.md, "split-KV").
+constexpr int kMinChunkKeys = 256;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+struct Layout {
+  size_t header = 0, work = 0, requests = 0, partial_lse = 0, partial_o = 0;
+  int64_t partial_rows_cap = 0;
+};
+
+Layout make_layout(size_t bytes, int head_dim) {
+  Layout l;
+  l.header = 0;
+  l.work = align_up(sizeof(PlanHeader));
+  l.requests = align_up(l.work + kMaxWorkItems * sizeof(WorkItem));
+  l.partial_lse = align_up(l.requests + kMaxRequests * sizeof(MergeRequest));
+  GQ_CHECK(bytes >= l.partial_lse + kAlign, "workspace: ", bytes, " bytes is too small; at least ",
+           l.partial_lse + kAlign, " needed (kRecommendedWorkspaceBytes = ", kRecommendedWorkspaceBytes, ")");
+  const size_t rest = bytes - l.partial_lse - kAlign;
+  l.partial_rows_cap = static_cast<int64_t>(rest / (sizeof(float) * (head_dim + 1)));
+  l.partial_o = align_up(l.partial_lse + l.partial_rows_cap * sizeof(float));
+  return l;
+}
+
+// Makes `device` current for the lifetime of the guard.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    GQ_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) GQ_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    int now = 0;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+int num_sms(int device) {
+  int sms = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+struct KVSource {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  const int32_t* page_indices = nullptr;
+};
+
+KVSource from_paged(const PagedKV& kv) {
+  return {kv.k_pages.data, kv.v_pages.data, kv.page_stride(), kv.token_stride(), kv.head_stride(),
+          kv.kv_page_indices.ptr<const int32_t>()};
+}
+
+KVSource from_ragged(const RaggedKV& kv) {
+  // Ragged K/V is paged K/V with one key per page and the identity page table.
+  return {kv.k.data, kv.v.data, kv.k.strides[0], 0, kv.k.strides[1], nullptr};
+}
+
+float scale_log2(float sm_scale, int head_dim) {
+  const float scale = sm_scale > 0.f ? sm_scale : 1.f / std::sqrt(static_cast<float>(head_dim));
+  return scale * 1.44269504088896340736f;
+}
+
+void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, const TensorView& o,
+                   const TensorView& lse, float sm_scale, void* stream) {
+  GQ_CHECK(plan.device == Device::kCUDA && plan.kernel_id >= 0, "plan: not a CUDA plan");
+  DeviceGuard guard(plan.device_id);
+  const dispatch::KernelChoice& kernel = dispatch::kernel_by_id(plan.kernel_id);
+  const int group_size = plan.num_qo_heads / plan.num_kv_heads;
+
+  kernels::AttentionParams p;
+  p.q = q.data;
+  p.q_stride_n = q.strides[0];
+  p.q_stride_h = q.strides[1];
+  p.k = kv.k;
+  p.v = kv.v;
+  p.kv_page_stride = kv.page_stride;
+  p.kv_token_stride = kv.token_stride;
+  p.kv_head_stride = kv.head_stride;
+  p.page_indices = kv.page_indices;
+  p.o = o.data;
+  p.o_stride_n = o.strides[0];
+  p.o_stride_h = o.strides[1];
+  p.lse = lse.defined() ? lse.ptr<float>() : nullptr;
+  p.partial_o = plan.d_partial_o;
+  p.partial_lse = plan.d_partial_lse;
+  p.work = static_cast<const WorkItem*>(plan.d_work);
+  p.header = static_cast<const PlanHeader*>(plan.d_header);
+  p.num_qo_heads = plan.num_qo_heads;
+  p.group = FastDivmod(static_cast<uint32_t>(group_size));
+  p.page = FastDivmod(static_cast<uint32_t>(plan.page_size > 0 ? plan.page_size : 1));
+  p.sm_scale_log2 = scale_log2(sm_scale, plan.head_dim);
+  p.causal = plan.causal ? 1 : 0;
+  kernel.launch(p, plan.num_ctas, stream);
+
+  if (plan.split) {
+    kernels::SplitMergeParams m;
+    m.partial_o = plan.d_partial_o;
+    m.partial_lse = plan.d_partial_lse;
+    m.requests = static_cast<const MergeRequest*>(plan.d_requests);
+    m.header = static_cast<const PlanHeader*>(plan.d_header);
+    m.o = o.data;
+    m.o_stride_n = o.strides[0];
+    m.o_stride_h = o.strides[1];
+    m.lse = p.lse;
+    m.num_qo_heads = plan.num_qo_heads;
+    m.head_dim = plan.head_dim;
+    m.group = p.group;
+    m.total_qo = static_cast<int>(plan.total_qo);
+    kernels::launch_split_merge(plan.dtype, m, stream);
+  }
+}
+
+}  // namespace
+
+void check_supported(DType dtype, int head_dim) {
+  // Both families must exist for the pair; select_kernel names the option when one is missing.
+  dispatch::select_kernel(dtype, head_dim, 1);
+  dispatch::select_kernel(dtype, head_dim, 1 << 20);
+}
+
+void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspace, void* stream) {
+  DeviceGuard guard(plan.device_id);
+  GQ_CHECK(workspace.data != nullptr, "workspace: data is null (the CUDA backend needs a device buffer)");
+  GQ_CHECK(reinterpret_cast<uintptr_t>(workspace.data) % kAlign == 0, "workspace: data must be ", kAlign,
+           "-byte aligned");
+  const int group_size = plan.num_qo_heads / plan.num_kv_heads;
+  int max_rows = 0;
+  std::vector<int32_t> row_tiles(plan.batch);
+  for (int b = 0; b < plan.batch; ++b)
+    max_rows = std::max(max_rows, (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size);
+  const dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows);
+  for (int b = 0; b < plan.batch; ++b) {
+    const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
+    row_tiles[b] = (rows + kernel.cta_rows - 1) / kernel.cta_rows;
+  }
+  const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
+  const Layout layout = make_layout(workspace.bytes, plan.head_dim);
+
+  int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
+                                       kMinChunkKeys, inputs.max_num_splits);
+  plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
+  // Fewer, longer chunks until the partial results fit the workspace.
+  while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {
+    kv_chunk *= 2;
+    int max_kv = 0;
+    for (int32_t len : plan.kv_len) max_kv = std::max(max_kv, len);
+    if (kv_chunk >= max_kv) kv_chunk = 0;
+    list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
+  }
+  GQ_CHECK(list.items.size() <= kMaxWorkItems, "plan: ", list.items.size(), " work items exceed the limit of ",
+           kMaxWorkItems, " (split the batch)");
+  GQ_CHECK(static_cast<size_t>(plan.batch) <= kMaxRequests, "plan: batch ", plan.batch, " exceeds ", kMaxRequests);
+
+  plan.kernel_id = kernel.id;
+  plan.cta_rows = kernel.cta_rows;
+  plan.kv_chunk = kv_chunk;
+  plan.num_work = static_cast<int>(list.items.size());
+  plan.max_splits = list.max_splits;
+  // In CUDA-graph mode the grid is fixed and CTAs loop over the work list, and the merge kernel
+  // always runs (it skips unsplit requests), so a replay is right for any later plan.
+  plan.num_ctas = inputs.enable_cuda_graph ? target_ctas : plan.num_work;
+  plan.split = list.split || inputs.enable_cuda_graph;
+  char* base = static_cast<char*>(workspace.data);
+  plan.d_header = base + layout.header;
+  plan.d_work = base + layout.work;
+  plan.d_requests = base + layout.requests;
+  plan.d_partial_lse = reinterpret_cast<float*>(base + layout.partial_lse);
+  plan.d_partial_o = reinterpret_cast<float*>(base + layout.partial_o);
+  plan.workspace_bytes_used = layout.partial_o + static_cast<size_t>(list.partial_rows) * plan.head_dim * sizeof(float);
+
+  const PlanHeader header{plan.num_work, plan.batch, static_cast<int32_t>(plan.total_qo), 0};
+  auto s = static_cast<cudaStream_t>(stream);
+  // Pageable sources: each copy returns once the bytes are staged, so the vectors may go away.
+  GQ_CUDA_CHECK(cudaMemcpyAsync(plan.d_header, &header, sizeof(header), cudaMemcpyHostToDevice, s));
+  if (!list.items.empty())
+    GQ_CUDA_CHECK(cudaMemcpyAsync(plan.d_work, list.items.data(), list.items.size() * sizeof(WorkItem),
+                                  cudaMemcpyHostToDevice, s));
+  if (!list.requests.empty())
+    GQ_CUDA_CHECK(cudaMemcpyAsync(plan.d_requests, list.requests.data(),
+                                  list.requests.size() * sizeof(MergeRequest), cudaMemcpyHostToDevice, s));
+}
+
+void decode_run(const Plan& plan, const DecodeArgs& args, void* stream) {
+  run_attention(plan, args.q, from_paged(args.kv), args.o, args.lse, args.sm_scale, stream);
+}
+
+void prefill_run(const Plan& plan, const PrefillArgs& args, void* stream) {
+  const KVSource kv = args.paged.defined() ? from_paged(args.paged) : from_ragged(args.ragged);
+  run_attention(plan, args.q, kv, args.o, args.lse, args.sm_scale, stream);
+}
+
+void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
+               const TensorView& batch_indices, const TensorView& positions, void* stream) {
+  DeviceGuard guard(k_new.device_id);
+  kernels::AppendKVParams p;
+  p.k_pages = kv.k_pages.data;
+  p.v_pages = kv.v_pages.data;
+  p.page_stride = kv.page_stride();
+  p.token_stride = kv.token_stride();
+  p.head_stride = kv.head_stride();
+  p.kv_page_indptr = kv.kv_page_indptr.ptr<const int32_t>();
+  p.kv_page_indices = kv.kv_page_indices.ptr<const int32_t>();
+  p.k_new = k_new.data;
+  p.v_new = v_new.data;
+  p.new_stride_n = k_new.strides[0];
+  p.new_stride_h = k_new.strides[1];
+  p.batch_indices = batch_indices.ptr<const int32_t>();
+  p.positions = positions.ptr<const int32_t>();
+  p.num_tokens = static_cast<int>(k_new.shape[0]);
+  p.num_kv_heads = static_cast<int>(k_new.shape[1]);
+  p.head_dim = static_cast<int>(k_new.shape[2]);
+  p.elem_bytes = static_cast<int>(dtype_size(k_new.dtype));
+  p.page = FastDivmod(static_cast<uint32_t>(kv.page_size()));
+  kernels::launch_append_kv(p, stream);
+}
+
+void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged,
+                  const TensorView& s_merged, void* stream) {
+  DeviceGuard guard(v.device_id);
+  kernels::MergeStatesParams p;
+  p.v = v.data;
+  p.v_dtype = v.dtype;
+  p.v_stride_n = v.strides[0];
+  p.v_stride_s = v.strides[1];
+  p.v_stride_h = v.strides[2];
+  p.s = s.ptr<const float>();
+  p.s_stride_n = s.strides[0];
+  p.s_stride_s = s.strides[1];
+  p.s_stride_h = s.strides[2];
+  p.v_out = v_merged.data;
+  p.out_dtype = v_merged.dtype;
+  p.out_stride_n = v_merged.strides[0];
+  p.out_stride_h = v_merged.strides[1];
+  if (s_merged.defined()) {
+    p.s_out = s_merged.ptr<float>();
+    p.s_out_stride_n = s_merged.strides[0];
+    p.s_out_stride_h = s_merged.strides[1];
+  }
+  p.n = static_cast<int>(v.shape[0]);
+  p.num_states = static_cast<int>(v.shape[1]);
+  p.num_heads = static_cast<int>(v.shape[2]);
+  p.head_dim = static_cast<int>(v.shape[3]);
+  kernels::launch_merge_states(p, stream);
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver / no device" error
+    return 0;
+  }
+  return n;
+}
+
+void fill_build_info(BuildInfo& info) {
+  info.cuda = true;
+  info.head_dims = dispatch::built_head_dims();
+  info.dtypes = dispatch::built_dtypes();
+#ifdef GQATTN_CUDA_ARCH_LIST
+  info.cuda_archs = {GQATTN_CUDA_ARCH_LIST};
+#endif
+}
+
+}  // namespace gqattn::cuda_backend

@@ -1,0 +1,34 @@
+// select_kernel(): the one function that says whether a configuration runs on the GPU and which
+// compiled attention variant runs it. Layer: src/dispatch (host-only).
+#pragma once
+
+#include <vector>
+
+#include "gqattn/tensor.h"
+#include "kernels/launch.h"
+
+namespace gqattn::dispatch {
+
+struct KernelChoice {
+  int id = -1;  // row of the kernel table
+  DType dtype = DType::kBF16;
+  int head_dim = 0;
+  kernels::Family family = kernels::Family::kDecode;
+  int cta_rows = 0;  // packed query rows per work item
+  int kv_tile = 0;   // keys per pipeline tile
+  void (*launch)(const kernels::AttentionParams&, int, void*) = nullptr;
+  int (*ctas_per_sm)() = nullptr;
+};
+
+// Picks the variant for `max_packed_rows` = the largest group_size x qo_len of the batch: the
+// decode family up to 16 rows, decode_wide up to 64, prefill above (attention_config.h).
+// Throws gqattn::Error naming GQATTN_HEAD_DIMS / GQATTN_DTYPES when the variant was not built.
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows);
+// The kernel table row chosen earlier by select_kernel (for run()).
+const KernelChoice& kernel_by_id(int id);
+
+// The head dims and dtypes compiled into this build.
+std::vector<int> built_head_dims();
+std::vector<DType> built_dtypes();
+
+}  // namespace gqattn::dispatch

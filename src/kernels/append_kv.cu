@@ -1,0 +1,53 @@
+// append_kv: writes new tokens' K/V rows into their page slots (16 bytes per thread).
+// Layer: src/kernels (kernel + host launcher).
+#include <cuda_runtime.h>
+
+#include "kernels/launch.h"
+#include "prims/cuda_check.h"
+
+namespace gqattn::kernels {
+namespace {
+
+constexpr int kAppendThreads = 256;
+
+__global__ void append_kv_kernel(const AppendKVParams p) {
+  const int chunks = p.head_dim * p.elem_bytes / 16;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads * chunks;
+  if (idx >= total) return;
+  const int chunk = static_cast<int>(idx % chunks);
+  const int head = static_cast<int>((idx / chunks) % p.num_kv_heads);
+  const int token = static_cast<int>(idx / (static_cast<int64_t>(chunks) * p.num_kv_heads));
+  const int b = p.batch_indices[token];
+  const int pos = p.positions[token];
+  const int first_page = p.kv_page_indptr[b];
+  const int num_pages = p.kv_page_indptr[b + 1] - first_page;
+  uint32_t page, slot;
+  if (pos < 0) return;
+  p.page.divmod(static_cast<uint32_t>(pos), page, slot);
+  if (static_cast<int>(page) >= num_pages) return;  // beyond the request's pages: skipped
+  const int64_t page_id = p.kv_page_indices[first_page + page];
+  const int64_t dst = page_id * p.page_stride + slot * p.token_stride + head * p.head_stride;
+  const int64_t src = token * p.new_stride_n + head * p.new_stride_h;
+  const int64_t byte_off = static_cast<int64_t>(chunk) * 16;
+  const char* ks = static_cast<const char*>(p.k_new) + src * p.elem_bytes + byte_off;
+  const char* vs = static_cast<const char*>(p.v_new) + src * p.elem_bytes + byte_off;
+  char* kd = static_cast<char*>(p.k_pages) + dst * p.elem_bytes + byte_off;
+  char* vd = static_cast<char*>(p.v_pages) + dst * p.elem_bytes + byte_off;
+  *reinterpret_cast<uint4*>(kd) = *reinterpret_cast<const uint4*>(ks);
+  *reinterpret_cast<uint4*>(vd) = *reinterpret_cast<const uint4*>(vs);
+}
+
+}  // namespace
+
+void launch_append_kv(const AppendKVParams& p, void* stream) {
+  GQ_CHECK((p.head_dim * p.elem_bytes) % 16 == 0, "append_kv: head_dim * element size (", p.head_dim * p.elem_bytes,
+           " bytes) must be a multiple of 16 on the GPU");
+  const int64_t total = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads * (p.head_dim * p.elem_bytes / 16);
+  if (total == 0) return;
+  const unsigned blocks = static_cast<unsigned>((total + kAppendThreads - 1) / kAppendThreads);
+  append_kv_kernel<<<blocks, kAppendThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  GQ_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gqattn::kernels

@@ -1,0 +1,78 @@
+// The attention kernel's config table: tiles, warps and pipeline stages per family and head_dim.
+// Layer: src/kernels (host-includable constexpr data, read by the kernel and by the dispatcher, so
+// host heuristics and device configs cannot drift apart). A row changes speed, never results.
+#pragma once
+
+namespace gqattn::kernels {
+
+// decode: few packed query rows (group_size x qo_len <= 16), many keys: one warp row, four warps
+//         splitting each K/V tile, a deep cp.async pipeline to keep HBM busy.
+// decode_wide: up to 64 packed rows (MQA, or GQA with several draft tokens): two warps along the
+//         rows (two 16-row tiles each) times two warps along the keys, the same deep pipeline.
+// prefill: many query rows: four warps along the rows (kMTiles x 16 rows each), each K/V tile
+//         shared by all of them.
+enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2 };
+
+template <Family F, int HeadDim>
+struct AttnConfig;
+
+template <int HeadDim>
+struct AttnConfig<Family::kDecode, HeadDim> {
+  static constexpr int kWarpsM = 1;
+  static constexpr int kMTiles = 1;
+  static constexpr int kWarpsKV = 4;
+  static constexpr int kKVTile = 64;
+  // Three stages leave room for two CTAs per SM (hd <= 128): while one waits at its barrier or
+  // computes, the other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA
+  // per SM, 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
+  static constexpr int kStages = 3;
+};
+
+template <int HeadDim>
+struct AttnConfig<Family::kDecodeWide, HeadDim> {
+  // hd256: four single-tile warps over the whole key tile (two row tiles would not fit registers).
+  static constexpr int kWarpsM = HeadDim <= 128 ? 2 : 4;
+  static constexpr int kMTiles = HeadDim <= 128 ? 2 : 1;
+  static constexpr int kWarpsKV = HeadDim <= 128 ? 2 : 1;
+  static constexpr int kKVTile = 64;
+  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // two CTAs per SM at hd <= 128
+};
+
+template <int HeadDim>
+struct AttnConfig<Family::kPrefill, HeadDim> {
+  static constexpr int kWarpsM = 4;
+  // Two 16-row MMA tiles per warp share every K/V fragment read from shared memory, halving the
+  // shared-memory traffic per FLOP (hd256 keeps one: its accumulators fill the registers).
+  static constexpr int kMTiles = HeadDim <= 128 ? 2 : 1;
+  static constexpr int kWarpsKV = 1;
+  // hd128 with two row tiles per warp: 32-key tiles keep S and O in registers without spills.
+  static constexpr int kKVTile = HeadDim <= 64 ? 64 : 32;
+  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;
+};
+
+// Derived sizes, identical on host and device.
+template <Family F, int HeadDim, typename Cfg = AttnConfig<F, HeadDim>>
+struct AttnShape {
+  static constexpr int kElemBytes = 2;
+  static constexpr int kWarps = Cfg::kWarpsM * Cfg::kWarpsKV;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpRows = 16 * Cfg::kMTiles;
+  static constexpr int kCtaRows = kWarpRows * Cfg::kWarpsM;
+  static constexpr int kWarpKV = Cfg::kKVTile / Cfg::kWarpsKV;  // keys per warp per tile
+  static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
+  static constexpr int kStageBytes = 2 * Cfg::kKVTile * HeadDim * kElemBytes;  // K + V
+  // Epilogue: each KV-warp's fp32 O rows (padded by 4 floats against bank conflicts), then m, d.
+  static constexpr int kEpiStride = HeadDim + 4;
+  static constexpr int kEpilogueBytes = Cfg::kWarpsKV * kCtaRows * (kEpiStride + 2) * 4;
+  static constexpr int kKVBytes = Cfg::kStages * kStageBytes;
+  static constexpr int kSmemBytes = kQBytes + (kKVBytes > kEpilogueBytes ? kKVBytes : kEpilogueBytes);
+
+  static_assert(kThreads % (HeadDim / 8) == 0, "a load pass covers whole rows");
+  static_assert(HeadDim % 16 == 0 && HeadDim >= 64, "head_dim must be a multiple of 16, >= 64 (swizzle)");
+  static_assert(kWarpKV % 16 == 0, "each warp takes whole 16-key MMA steps");
+  static_assert((Cfg::kKVTile * HeadDim / 8) % kThreads == 0, "K/V tile loads split evenly over threads");
+  static_assert((kCtaRows * HeadDim / 8) % kThreads == 0, "Q tile loads split evenly over threads");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
+};
+
+}  // namespace gqattn::kernels

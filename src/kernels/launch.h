@@ -1,0 +1,92 @@
+// Host-side declarations of the kernel launchers, for src/dispatch. No device code here: the
+// dispatcher never includes kernel bodies, so editing it recompiles one small file.
+// Layer: src/kernels (host-includable).
+#pragma once
+
+#include <cstdint>
+
+#include "gqattn/tensor.h"
+#include "kernels/attention_config.h"
+#include "plan/work_item.h"
+#include "prims/fast_divmod.h"
+
+namespace gqattn::kernels {
+
+// Everything the attention kernel reads, passed by value. Strides are in elements.
+struct AttentionParams {
+  const void* q = nullptr;
+  int64_t q_stride_n = 0, q_stride_h = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t kv_page_stride = 0, kv_token_stride = 0, kv_head_stride = 0;
+  const int32_t* page_indices = nullptr;  // nullptr: ragged K/V (page = page_begin + key)
+  void* o = nullptr;
+  int64_t o_stride_n = 0, o_stride_h = 0;
+  float* lse = nullptr;  // optional, [tokens, num_qo_heads]
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  const WorkItem* work = nullptr;
+  const PlanHeader* header = nullptr;
+  int num_qo_heads = 0;
+  FastDivmod group;  // group_size
+  FastDivmod page;   // page_size (1 for ragged)
+  float sm_scale_log2 = 0.f;
+  int causal = 0;
+};
+
+// Split-KV merge: partial rows -> o / lse.
+struct SplitMergeParams {
+  const float* partial_o = nullptr;
+  const float* partial_lse = nullptr;
+  const MergeRequest* requests = nullptr;
+  const PlanHeader* header = nullptr;
+  void* o = nullptr;
+  int64_t o_stride_n = 0, o_stride_h = 0;
+  float* lse = nullptr;
+  int num_qo_heads = 0;
+  int head_dim = 0;
+  FastDivmod group;
+  int total_qo = 0;
+};
+
+template <DType kDType, int HeadDim, Family F>
+struct AttentionKernel {
+  static void launch(const AttentionParams& params, int num_ctas, void* stream);
+  // Resident CTAs per SM for this kernel (from the occupancy calculator).
+  static int ctas_per_sm();
+};
+
+void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream);
+
+struct MergeStatesParams {
+  const void* v = nullptr;
+  DType v_dtype = DType::kFP32;
+  int64_t v_stride_n = 0, v_stride_s = 0, v_stride_h = 0;
+  const float* s = nullptr;
+  int64_t s_stride_n = 0, s_stride_s = 0, s_stride_h = 0;
+  void* v_out = nullptr;
+  DType out_dtype = DType::kFP32;
+  int64_t out_stride_n = 0, out_stride_h = 0;
+  float* s_out = nullptr;
+  int64_t s_out_stride_n = 0, s_out_stride_h = 0;
+  int n = 0, num_states = 0, num_heads = 0, head_dim = 0;
+};
+void launch_merge_states(const MergeStatesParams& params, void* stream);
+
+struct AppendKVParams {
+  void* k_pages = nullptr;
+  void* v_pages = nullptr;
+  int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  const int32_t* kv_page_indptr = nullptr;
+  const int32_t* kv_page_indices = nullptr;
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  int64_t new_stride_n = 0, new_stride_h = 0;
+  const int32_t* batch_indices = nullptr;
+  const int32_t* positions = nullptr;
+  int num_tokens = 0, num_kv_heads = 0, head_dim = 0, elem_bytes = 2;
+  FastDivmod page;
+};
+void launch_append_kv(const AppendKVParams& params, void* stream);
+
+}  // namespace gqattn::kernels

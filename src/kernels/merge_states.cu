@@ -1,0 +1,134 @@
+// Merging partial attention states: the split-KV merge after a split plan, and the public
+// merge_states operation. Both fold (o, lse) pairs through prims::MergeState.
+// Layer: src/kernels (kernels + their host launchers).
+#include <cuda_runtime.h>
+
+#include "kernels/launch.h"
+#include "prims/cuda_check.h"
+#include "prims/mma.cuh"
+#include "prims/softmax_state.cuh"
+
+namespace gqattn::kernels {
+namespace {
+
+constexpr int kMergeWarps = 4;  // warps per block; each warp merges one (token, head) row
+
+template <typename T>
+__device__ __forceinline__ T* typed(void* p) {
+  return static_cast<T*>(p);
+}
+
+// One warp per (query token, query head): finds the token's request, and if that request was
+// split, merges its chunks' partial rows into o / lse.
+template <typename T>
+__global__ void split_merge_kernel(const SplitMergeParams p) {
+  const int row = blockIdx.x * kMergeWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= p.total_qo * p.num_qo_heads) return;
+  const int token = row / p.num_qo_heads;
+  const int head = row % p.num_qo_heads;
+  // Requests are sorted by qo_begin: binary search for the last one starting at or before token.
+  int lo = 0, hi = p.header->batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.requests[mid].qo_begin <= token) lo = mid; else hi = mid - 1;
+  }
+  const MergeRequest req = p.requests[lo];
+  if (req.num_chunks <= 1 || token >= req.qo_begin + req.qo_len) return;
+  const int group = static_cast<int>(p.group.divisor);
+  const int64_t rows = static_cast<int64_t>(req.qo_len) * group;
+  const int64_t packed = static_cast<int64_t>(token - req.qo_begin) * group + head % group;
+  const int64_t first = req.partial_base + static_cast<int64_t>(head / group) * req.num_chunks * rows + packed;
+
+  // Pass 1 (whole warp): the merged max and sum. Pass 2: the weighted sum, column by column;
+  // the weights are known up front, so the chunks' loads are independent and overlap.
+  const prims::MergeState state = prims::warp_merge_lse(p.partial_lse + first, rows, req.num_chunks, 1.f);
+  constexpr int kMaxPerLane = 8;  // head_dim <= 256
+  float acc[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+  for (int c = 0; c < req.num_chunks; ++c) {
+    const int64_t prow = first + c * rows;
+    const float weight = prims::merge_weight(state, p.partial_lse[prow]);
+#pragma unroll
+    for (int e = 0; e < kMaxPerLane; ++e) {
+      const int col = lane + 32 * e;
+      if (col < p.head_dim) acc[e] += weight * p.partial_o[prow * p.head_dim + col];
+    }
+  }
+  const float inv = state.inv_sum();
+  T* out = typed<T>(p.o) + token * p.o_stride_n + head * p.o_stride_h;
+#pragma unroll
+  for (int e = 0; e < kMaxPerLane; ++e) {
+    const int col = lane + 32 * e;
+    if (col < p.head_dim) out[col] = prims::from_float<T>(acc[e] * inv);
+  }
+  if (p.lse != nullptr && lane == 0) p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = state.lse2() * prims::kLn2;
+}
+
+template <typename TIn, typename TOut>
+__global__ void merge_states_kernel(const MergeStatesParams p) {
+  const int row = blockIdx.x * kMergeWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= p.n * p.num_heads) return;
+  const int n = row / p.num_heads;
+  const int h = row % p.num_heads;
+  const TIn* v = static_cast<const TIn*>(p.v) + n * p.v_stride_n + h * p.v_stride_h;
+  const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
+  TOut* out = static_cast<TOut*>(p.v_out) + n * p.out_stride_n + h * p.out_stride_h;
+  // Pass 1: the merged max and sum; pass 2: the weighted sum of the states, column by column.
+  const prims::MergeState state = prims::warp_merge_lse(s, p.s_stride_s, p.num_states, prims::kLog2e);
+  const float inv = state.inv_sum();
+  for (int col = lane; col < p.head_dim; col += 32) {
+    float acc = 0.f;
+    for (int st = 0; st < p.num_states; ++st) {
+      const float weight = prims::merge_weight(state, s[st * p.s_stride_s] * prims::kLog2e);
+      if (weight != 0.f) acc += weight * prims::to_float(v[st * p.v_stride_s + col]);
+    }
+    out[col] = prims::from_float<TOut>(acc * inv);
+  }
+  if (p.s_out != nullptr && lane == 0) p.s_out[n * p.s_out_stride_n + h * p.s_out_stride_h] = state.lse2() * prims::kLn2;
+}
+
+template <typename TIn>
+void launch_merge_states_from(const MergeStatesParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  switch (p.out_dtype) {
+    case DType::kBF16: merge_states_kernel<TIn, __nv_bfloat16><<<grid, block, 0, stream>>>(p); break;
+    case DType::kFP16: merge_states_kernel<TIn, __half><<<grid, block, 0, stream>>>(p); break;
+    case DType::kFP32: merge_states_kernel<TIn, float><<<grid, block, 0, stream>>>(p); break;
+    default: throw Error("merge_states: v_merged must be bf16, fp16 or fp32");
+  }
+}
+
+}  // namespace
+
+void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream) {
+  const int64_t rows = static_cast<int64_t>(params.total_qo) * params.num_qo_heads;
+  if (rows == 0) return;
+  GQ_CHECK(params.head_dim <= 256, "split merge: head_dim ", params.head_dim, " above 256");
+  const dim3 grid(static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps));
+  const dim3 block(32 * kMergeWarps);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kBF16) {
+    split_merge_kernel<__nv_bfloat16><<<grid, block, 0, s>>>(params);
+  } else {
+    split_merge_kernel<__half><<<grid, block, 0, s>>>(params);
+  }
+  GQ_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_merge_states(const MergeStatesParams& p, void* stream) {
+  const int64_t rows = static_cast<int64_t>(p.n) * p.num_heads;
+  if (rows == 0) return;
+  const dim3 grid(static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps));
+  const dim3 block(32 * kMergeWarps);
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (p.v_dtype) {
+    case DType::kBF16: launch_merge_states_from<__nv_bfloat16>(p, grid, block, s); break;
+    case DType::kFP16: launch_merge_states_from<__half>(p, grid, block, s); break;
+    case DType::kFP32: launch_merge_states_from<float>(p, grid, block, s); break;
+    default: throw Error("merge_states: v must be bf16, fp16 or fp32");
+  }
+  GQ_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gqattn::kernels

@@ -1,0 +1,115 @@
+// The planner: lengths -> work list. Pure host functions, shared by the CUDA backend and the tests.
+// Layer: src/plan (host-only).
+#include "plan/planner.h"
+
+#include <algorithm>
+
+#include "gqattn/error.h"
+
+namespace gqattn::plan {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Plan describe(const PlanInputs& in, bool is_decode) {
+  Plan p;
+  p.device = in.device;
+  p.device_id = in.device_id;
+  p.dtype = in.dtype;
+  p.num_qo_heads = in.num_qo_heads;
+  p.num_kv_heads = in.num_kv_heads;
+  p.head_dim = in.head_dim;
+  p.page_size = in.page_size;
+  p.is_decode = is_decode;
+  p.causal = is_decode ? true : in.causal;
+  p.batch = in.kv_indptr.empty() ? 0 : static_cast<int>(in.kv_indptr.size()) - 1;
+  if (is_decode) {
+    p.qo_indptr.resize(p.batch + 1);
+    for (int b = 0; b <= p.batch; ++b) p.qo_indptr[b] = b * in.qo_len;
+  } else {
+    p.qo_indptr = in.qo_indptr;
+  }
+  p.total_qo = p.qo_indptr.empty() ? 0 : p.qo_indptr.back();
+  if (in.page_size > 0) {
+    p.kv_len = kv_lengths(in.kv_indptr, in.kv_last_page_len, in.page_size);
+  } else {
+    p.kv_len.resize(p.batch);
+    for (int b = 0; b < p.batch; ++b) p.kv_len[b] = in.kv_indptr[b + 1] - in.kv_indptr[b];
+  }
+  return p;
+}
+
+int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
+                    int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits) {
+  GQ_CHECK(kv_len.size() == row_tiles.size(), "choose_kv_chunk: kv_len and row_tiles differ in size");
+  GQ_CHECK(kv_tile > 0 && target_ctas > 0, "choose_kv_chunk: kv_tile and target_ctas must be positive");
+  if (max_splits == 1) return 0;
+  int64_t base_ctas = 0, work_tokens = 0, max_kv = 0;
+  for (size_t b = 0; b < kv_len.size(); ++b) {
+    base_ctas += int64_t(row_tiles[b]) * num_kv_heads;
+    work_tokens += int64_t(row_tiles[b]) * num_kv_heads * kv_len[b];
+    max_kv = std::max<int64_t>(max_kv, kv_len[b]);
+  }
+  // The GPU is already full without splitting: splitting would only add merge traffic.
+  if (base_ctas >= target_ctas || max_kv == 0) return 0;
+  // Spread the keys so that about target_ctas chunks of equal size cover the work.
+  int64_t chunk = std::max<int64_t>(min_chunk, ceil_div(work_tokens, target_ctas));
+  if (max_splits > 1) chunk = std::max<int64_t>(chunk, ceil_div(max_kv, max_splits));
+  chunk = ceil_div(chunk, kv_tile) * kv_tile;
+  return chunk >= max_kv ? 0 : static_cast<int>(chunk);
+}
+
+WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows,
+                         int kv_chunk) {
+  GQ_CHECK(cta_rows > 0, "build_work_list: cta_rows must be positive");
+  const int group_size = plan.num_qo_heads / plan.num_kv_heads;
+  WorkList list;
+  list.requests.resize(plan.batch);
+  for (int b = 0; b < plan.batch; ++b) {
+    const int32_t qo_begin = plan.qo_indptr[b];
+    const int32_t qo_len = plan.qo_indptr[b + 1] - qo_begin;
+    const int32_t kv_len = plan.kv_len[b];
+    const int64_t rows = int64_t(qo_len) * group_size;
+    const int64_t tiles = ceil_div(rows, cta_rows);
+    const int num_chunks =
+        (kv_chunk > 0 && kv_len > kv_chunk) ? static_cast<int>(ceil_div(kv_len, kv_chunk)) : 1;
+    MergeRequest& req = list.requests[b];
+    req.qo_begin = qo_begin;
+    req.qo_len = qo_len;
+    req.num_chunks = num_chunks;
+    req.partial_base = -1;
+    if (num_chunks > 1 && rows > 0) {
+      req.partial_base = static_cast<int32_t>(list.partial_rows);
+      list.partial_rows += int64_t(plan.num_kv_heads) * num_chunks * rows;
+      list.split = true;
+      list.max_splits = std::max(list.max_splits, num_chunks);
+    }
+    for (int h = 0; h < plan.num_kv_heads; ++h) {
+      // Causal prefill: the last row tiles see the most keys; listing them first lets the
+      // heaviest CTAs start in the first wave.
+      for (int64_t ti = tiles - 1; ti >= 0; --ti) {
+        for (int c = 0; c < num_chunks; ++c) {
+          WorkItem w{};
+          w.request = b;
+          w.kv_head = h;
+          w.row_begin = static_cast<int32_t>(ti * cta_rows);
+          w.kv_begin = num_chunks > 1 ? c * kv_chunk : 0;
+          w.kv_end = num_chunks > 1 ? std::min(kv_len, (c + 1) * kv_chunk) : kv_len;
+          w.qo_begin = qo_begin;
+          w.qo_len = qo_len;
+          w.kv_len = kv_len;
+          w.page_begin = kv_indptr[b];
+          w.partial_base = num_chunks > 1
+                               ? static_cast<int32_t>(req.partial_base + (int64_t(h) * num_chunks + c) * rows)
+                               : -1;
+          list.items.push_back(w);
+        }
+      }
+    }
+  }
+  return list;
+}
+
+}  // namespace gqattn::plan

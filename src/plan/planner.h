@@ -1,0 +1,41 @@
+// The planner: pure host functions that turn a batch's lengths into a work list.
+// Layer: src/plan (host-only). Unit-tested on the CPU; the CUDA backend uploads what they return.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gqattn/attention.h"
+#include "plan/work_item.h"
+
+namespace gqattn::plan {
+
+// Fills the backend-independent fields of a plan from validated inputs: dims, dtype, batch,
+// total_qo, host copies of qo_indptr (decode: built from qo_len) and kv_len.
+Plan describe(const PlanInputs& inputs, bool is_decode);
+
+// How many tokens each split-KV chunk holds, or 0 for no split.
+//   base_ctas:  work items without splitting (sum over requests of row tiles x kv heads)
+//   kv_len:     keys of each request; row_tiles: row tiles of each request
+//   target_ctas: CTAs that fill the GPU (SMs x resident CTAs per SM)
+//   kv_tile:    keys per pipeline tile; chunks are whole tiles
+//   min_chunk:  a chunk never holds fewer keys than this (the merge must stay cheap)
+//   max_splits: most chunks per request
+// Measured reasoning in docs/perf-notes.md ("split-KV").
+int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
+                    int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits);
+
+struct WorkList {
+  std::vector<WorkItem> items;
+  std::vector<MergeRequest> requests;
+  int64_t partial_rows = 0;  // fp32 partial rows needed
+  int max_splits = 1;
+  bool split = false;
+};
+
+// Builds the work list for a plan whose kernel processes `cta_rows` packed rows per CTA.
+// kv_indptr is the plan input's (page indptr for paged, token indptr for ragged).
+WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows,
+                         int kv_chunk);
+
+}  // namespace gqattn::plan

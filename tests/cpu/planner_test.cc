@@ -1,0 +1,220 @@
+// The planner's pure functions against the contract of src/plan/planner.h: describe() fills the
+// host fields; choose_kv_chunk() splits only when the GPU is not full; build_work_list() covers
+// every (request, kv head, packed row tile) once per chunk, and the chunks tile [0, kv_len).
+// Layer: tests/cpu (label cpu).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "common/test_util.h"
+#include "plan/planner.h"
+
+namespace gqattn::test {
+namespace {
+
+constexpr int kTargetCtas = 132 * 2;  // an H100/H200-sized GPU with two CTAs per SM
+constexpr int kKvTile = 64;
+constexpr int kMinChunk = 256;
+
+PlanInputs paged_inputs(const std::vector<int32_t>& kv_len, int page_size, int hq, int hkv) {
+  const PageTable t = make_random_page_table(kv_len, page_size, 1);
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.num_qo_heads = hq;
+  in.num_kv_heads = hkv;
+  in.head_dim = 128;
+  in.page_size = page_size;
+  in.kv_indptr = t.kv_page_indptr;
+  in.kv_last_page_len = t.kv_last_page_len;
+  return in;
+}
+
+TEST(PlanDescribe, DecodeFillsHostFields) {
+  PlanInputs in = paged_inputs({13, 0, 40}, 16, 32, 8);
+  in.qo_len = 2;
+  const Plan p = plan::describe(in, true);
+  EXPECT_TRUE(p.is_decode);
+  EXPECT_TRUE(p.causal);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.total_qo, 6);
+  EXPECT_EQ(p.qo_indptr, (std::vector<int32_t>{0, 2, 4, 6}));
+  EXPECT_EQ(p.kv_len, (std::vector<int32_t>{13, 0, 40}));
+  EXPECT_EQ(p.num_qo_heads, 32);
+  EXPECT_EQ(p.num_kv_heads, 8);
+  EXPECT_EQ(p.head_dim, 128);
+  EXPECT_EQ(p.page_size, 16);
+  EXPECT_EQ(p.device, Device::kCPU);
+}
+
+TEST(PlanDescribe, RaggedPrefill) {
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.num_qo_heads = 4;
+  in.num_kv_heads = 4;
+  in.head_dim = 64;
+  in.page_size = 0;
+  in.causal = true;
+  in.qo_indptr = {0, 5, 5, 9};
+  in.kv_indptr = {0, 10, 12, 16};
+  const Plan p = plan::describe(in, false);
+  EXPECT_FALSE(p.is_decode);
+  EXPECT_TRUE(p.causal);
+  EXPECT_EQ(p.total_qo, 9);
+  EXPECT_EQ(p.kv_len, (std::vector<int32_t>{10, 2, 4}));
+  EXPECT_EQ(p.page_size, 0);
+}
+
+// ---- choose_kv_chunk ---------------------------------------------------------------------------
+
+TEST(ChooseKvChunk, NoSplitWhenTheGpuIsFull) {
+  // 128 requests x 8 KV heads = 1024 CTAs >= 264: splitting only adds merge traffic.
+  const std::vector<int32_t> kv_len(128, 4096), tiles(128, 1);
+  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0), 0);
+}
+
+TEST(ChooseKvChunk, SplitsWhenBatchTimesKvHeadsIsSmall) {
+  // MQA, batch 1, 16K keys: one CTA would do all the work.
+  for (const int max_splits : {0, 4, 32}) {
+    const std::vector<int32_t> kv_len = {16384}, tiles = {1};
+    const int chunk = plan::choose_kv_chunk(kv_len, tiles, 1, kTargetCtas, kKvTile, kMinChunk, max_splits);
+    ASSERT_GT(chunk, 0) << max_splits;
+    EXPECT_EQ(chunk % kKvTile, 0);
+    EXPECT_GE(chunk, kMinChunk);
+    EXPECT_LT(chunk, 16384);
+    const int chunks = (16384 + chunk - 1) / chunk;
+    EXPECT_GE(chunks, 2);
+    if (max_splits > 0) { EXPECT_LE(chunks, max_splits); }
+  }
+  // GQA-8 at batch 1 x 4K: 8 CTAs, far fewer than the GPU holds.
+  const int chunk = plan::choose_kv_chunk({4096}, {1}, 8, kTargetCtas, kKvTile, kMinChunk, 0);
+  EXPECT_GT(chunk, 0);
+  EXPECT_EQ(chunk % kKvTile, 0);
+}
+
+TEST(ChooseKvChunk, SplittingDisabledOrPointless) {
+  EXPECT_EQ(plan::choose_kv_chunk({16384}, {1}, 1, kTargetCtas, kKvTile, kMinChunk, 1), 0);
+  EXPECT_EQ(plan::choose_kv_chunk({100}, {1}, 1, kTargetCtas, kKvTile, kMinChunk, 0), 0);  // < min_chunk
+  EXPECT_EQ(plan::choose_kv_chunk({0, 0}, {1, 1}, 1, kTargetCtas, kKvTile, kMinChunk, 0), 0);
+  EXPECT_EQ(plan::choose_kv_chunk({}, {}, 1, kTargetCtas, kKvTile, kMinChunk, 0), 0);
+}
+
+// ---- build_work_list ---------------------------------------------------------------------------
+
+// Checks that the work list covers each (request, kv head, row tile) exactly once per chunk,
+// that each tile's chunks tile [0, kv_len) without overlap, and that partial rows are disjoint.
+void check_coverage(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows, int kv_chunk) {
+  const plan::WorkList list = plan::build_work_list(plan, kv_indptr, cta_rows, kv_chunk);
+  const int group = plan.num_qo_heads / plan.num_kv_heads;
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> chunks;
+  std::set<int64_t> partial_rows;
+  int64_t expected_items = 0;
+  for (const WorkItem& w : list.items) {
+    ASSERT_GE(w.request, 0);
+    ASSERT_LT(w.request, plan.batch);
+    const int b = w.request;
+    const int qo_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
+    const int rows = qo_len * group;
+    EXPECT_GE(w.kv_head, 0);
+    EXPECT_LT(w.kv_head, plan.num_kv_heads);
+    EXPECT_EQ(w.row_begin % cta_rows, 0);
+    EXPECT_LT(w.row_begin, rows);
+    EXPECT_EQ(w.qo_begin, plan.qo_indptr[b]);
+    EXPECT_EQ(w.qo_len, qo_len);
+    EXPECT_EQ(w.kv_len, plan.kv_len[b]);
+    EXPECT_EQ(w.page_begin, kv_indptr[b]);
+    chunks[{b, w.kv_head, w.row_begin}].push_back({w.kv_begin, w.kv_end});
+    if (w.partial_base >= 0) {
+      const int tile_rows = std::min(cta_rows, rows - w.row_begin);
+      for (int r = w.row_begin; r < w.row_begin + tile_rows; ++r) {
+        const int64_t row = int64_t(w.partial_base) + r;
+        EXPECT_LT(row, list.partial_rows);
+        EXPECT_TRUE(partial_rows.insert(row).second) << "partial row " << row << " written twice";
+      }
+    }
+  }
+  for (int b = 0; b < plan.batch; ++b) {
+    const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group;
+    const int tiles = (rows + cta_rows - 1) / cta_rows;
+    for (int h = 0; h < plan.num_kv_heads; ++h) {
+      for (int t = 0; t < tiles; ++t) {
+        auto it = chunks.find({b, h, t * cta_rows});
+        ASSERT_NE(it, chunks.end()) << "request " << b << " head " << h << " tile " << t << " missing";
+        std::vector<std::pair<int, int>> c = it->second;
+        std::sort(c.begin(), c.end());
+        EXPECT_EQ(c.front().first, 0);
+        EXPECT_EQ(c.back().second, plan.kv_len[b]);
+        for (size_t i = 0; i < c.size(); ++i) {
+          EXPECT_LE(c[i].first, c[i].second);
+          if (i > 0) { EXPECT_EQ(c[i].first, c[i - 1].second) << "gap or overlap"; }
+          if (plan.kv_len[b] > 0) { EXPECT_LT(c[i].first, c[i].second) << "empty chunk"; }
+          if (kv_chunk > 0) { EXPECT_LE(c[i].second - c[i].first, kv_chunk); }
+        }
+        if (kv_chunk == 0) { EXPECT_EQ(c.size(), 1u); }
+        expected_items += int64_t(c.size());
+      }
+    }
+    // Merge information: a request split into several chunks has its partial rows.
+    const MergeRequest& m = list.requests[b];
+    EXPECT_EQ(m.qo_begin, plan.qo_indptr[b]);
+    EXPECT_EQ(m.qo_len, plan.qo_indptr[b + 1] - plan.qo_indptr[b]);
+    if (tiles > 0 && plan.num_kv_heads > 0) {
+      const size_t n = chunks[{b, 0, 0}].size();
+      EXPECT_EQ(m.num_chunks <= 1, n <= 1);
+      if (n > 1) {
+        EXPECT_EQ(size_t(m.num_chunks), n);
+        EXPECT_TRUE(list.split);
+        EXPECT_GE(list.max_splits, m.num_chunks);
+        EXPECT_GE(m.partial_base, 0);
+      }
+    }
+  }
+  EXPECT_EQ(int64_t(list.items.size()), expected_items) << "an item was listed twice";
+  EXPECT_LE(int64_t(partial_rows.size()), list.partial_rows);
+}
+
+TEST(BuildWorkList, DecodeCoverage) {
+  const std::vector<int32_t> kv_len = {1, 300, 0, 1000, 64, 65};
+  for (const auto& heads : {std::pair{32, 32}, std::pair{32, 8}, std::pair{32, 1}, std::pair{14, 2}}) {
+    PlanInputs in = paged_inputs(kv_len, 16, heads.first, heads.second);
+    for (const int qo_len : {1, 4}) {
+      in.qo_len = qo_len;
+      const Plan plan = plan::describe(in, true);
+      for (const int cta_rows : {16, 64})
+        for (const int kv_chunk : {0, 64, 256})
+          check_coverage(plan, in.kv_indptr, cta_rows, kv_chunk);
+    }
+  }
+}
+
+TEST(BuildWorkList, PrefillCoverageWithEmptyRequests) {
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.num_qo_heads = 28;
+  in.num_kv_heads = 4;
+  in.head_dim = 128;
+  in.page_size = 0;
+  in.causal = true;
+  in.qo_indptr = {0, 100, 100, 101, 301};
+  in.kv_indptr = {0, 100, 150, 150, 650};
+  const Plan plan = plan::describe(in, false);
+  for (const int cta_rows : {64, 128})
+    for (const int kv_chunk : {0, 128, 512})
+      check_coverage(plan, in.kv_indptr, cta_rows, kv_chunk);
+}
+
+TEST(BuildWorkList, NoSplitMeansDirectOutput) {
+  PlanInputs in = paged_inputs({500, 20}, 16, 32, 8);
+  const Plan plan = plan::describe(in, true);
+  const plan::WorkList list = plan::build_work_list(plan, in.kv_indptr, 16, 0);
+  EXPECT_FALSE(list.split);
+  EXPECT_EQ(list.partial_rows, 0);
+  for (const WorkItem& w : list.items) EXPECT_EQ(w.partial_base, -1);
+  EXPECT_EQ(list.items.size(), size_t(2 * 8));  // 2 requests x 8 kv heads x 1 tile (4 rows)
+}
+
+}  // namespace
+}  // namespace gqattn::test

@@ -1,0 +1,682 @@
+// One test per rejected input: each asserts that gqattn::Error names the argument (and the
+// values) and that the output, poisoned beforehand, was not touched.
+// Layer: tests/cpu (label cpu). CUDA-only checks (alignment) call the validators directly with
+// CUDA-tagged views, which they never dereference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "api/validate.h"
+#include "cpu/attention_problem.h"
+#include "plan/planner.h"
+
+namespace gqattn::test {
+namespace {
+
+constexpr uint8_t kPoison = 0xAB;
+
+void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> needles) {
+  std::string message;
+  bool threw = false;
+  try {
+    call();
+  } catch (const Error& e) {
+    threw = true;
+    message = e.what();
+  }
+  ASSERT_TRUE(threw) << "expected a gqattn::Error naming: " << *needles.begin();
+  for (const std::string& needle : needles)
+    EXPECT_NE(message.find(needle), std::string::npos) << "message: " << message << "\nmissing: " << needle;
+}
+
+int32_t* ints(HostTensor& t) { return static_cast<int32_t*>(t.data()); }
+
+// ---- plan inputs -------------------------------------------------------------------------------
+
+PlanInputs good_decode_inputs() {
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.dtype = DType::kBF16;
+  in.num_qo_heads = 8;
+  in.num_kv_heads = 2;
+  in.head_dim = 64;
+  in.page_size = 4;
+  in.kv_indptr = {0, 4, 6};  // kv_len 13 and 7
+  in.kv_last_page_len = {1, 3};
+  return in;
+}
+
+PlanInputs good_prefill_inputs() {
+  PlanInputs in = good_decode_inputs();
+  in.causal = true;
+  in.qo_indptr = {0, 5, 7};
+  return in;
+}
+
+TEST(ValidatePlan, GoodInputsPass) {
+  EXPECT_NO_THROW(validate_plan_inputs(good_decode_inputs(), true));
+  EXPECT_NO_THROW(validate_plan_inputs(good_prefill_inputs(), false));
+}
+
+TEST(ValidatePlan, HeadsNotDivisible) {
+  PlanInputs in = good_decode_inputs();
+  in.num_qo_heads = 32;
+  in.num_kv_heads = 5;
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"num_qo_heads (32) must be divisible by num_kv_heads (5)"});
+}
+
+TEST(ValidatePlan, ZeroHeads) {
+  PlanInputs in = good_decode_inputs();
+  in.num_kv_heads = 0;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"num_kv_heads (0) must be > 0"});
+  in = good_decode_inputs();
+  in.num_qo_heads = -8;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"num_qo_heads (-8) must be > 0"});
+}
+
+TEST(ValidatePlan, UnsupportedHeadDimOnCpu) {
+  PlanInputs in = good_decode_inputs();
+  in.head_dim = 600;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"head_dim (600)", "[1, 512]", "CPU"});
+  in.head_dim = 0;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"head_dim (0) must be >= 1"});
+}
+
+TEST(ValidatePlan, CudaPlanWithoutCudaBackend) {
+  if (build_info().cuda) GTEST_SKIP() << "this build has the CUDA backend";
+  PlanInputs in = good_decode_inputs();
+  in.device = Device::kCUDA;
+  expect_rejected([&] { validate_plan_inputs(in, true); },
+                  {"needs the CUDA backend", "-DGQATTN_CUDA=ON", "head_dim 64"});
+}
+
+TEST(ValidatePlan, UnsupportedHeadDimOnCuda) {
+  if (!build_info().cuda) GTEST_SKIP() << "this build has no CUDA backend (CudaPlanWithoutCudaBackend covers it)";
+  PlanInputs in = good_decode_inputs();
+  in.device = Device::kCUDA;
+  in.head_dim = 80;  // no generated variant
+  expect_rejected([&] { validate_plan_inputs(in, true); }, {"head_dim 80", "GQATTN_HEAD_DIMS"});
+}
+
+TEST(ValidatePlan, AttentionDtypes) {
+  PlanInputs in = good_decode_inputs();
+  in.dtype = DType::kInt32;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"dtype: int32"});
+  in.dtype = DType::kFP32;
+  EXPECT_NO_THROW(validate_plan_inputs(in, true));  // the CPU takes fp32
+  in.device = Device::kCUDA;
+  expect_rejected([&] { validate_plan_inputs(in, true); }, {"dtype: fp32", "CPU backend only"});
+}
+
+TEST(ValidatePlan, DecodePageSizeZero) {
+  PlanInputs in = good_decode_inputs();
+  in.page_size = 0;
+  in.kv_last_page_len.clear();
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"page_size (0) must be >= 1", "decode"});
+  in.page_size = -2;
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"page_size (-2)"});
+}
+
+TEST(ValidatePlan, LastPageLenOutOfRange) {
+  PlanInputs in = good_decode_inputs();
+  in.kv_last_page_len = {1, 5};
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"kv_last_page_len[1] (5) must be in [1, page_size (4)]"});
+  in.kv_last_page_len = {0, 3};
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"kv_last_page_len[0] (0) must be in [1, page_size (4)]"});
+  in.kv_indptr = {0, 4, 4};  // request 1 owns no page
+  in.kv_last_page_len = {1, 2};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_last_page_len[1] (2) must be 0", "no page"});
+}
+
+TEST(ValidatePlan, LastPageLenCount) {
+  PlanInputs in = good_decode_inputs();
+  in.kv_last_page_len = {1};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_last_page_len: expected 2 entries", "got 1"});
+}
+
+TEST(ValidatePlan, KvIndptrMustBeMonotoneFromZero) {
+  PlanInputs in = good_decode_inputs();
+  in.kv_indptr = {0, 4, 3};
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"kv_indptr (page indptr) must be non-decreasing", "kv_indptr (page indptr)[2] (3)"});
+  in.kv_indptr = {1, 4, 6};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"[0] must be 0, got 1"});
+  in.kv_indptr.clear();
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_indptr", "batch + 1 entries, got none"});
+}
+
+TEST(ValidatePlan, QoIndptrSizeAndOrder) {
+  PlanInputs in = good_prefill_inputs();
+  in.qo_indptr = {0, 5};
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"qo_indptr: expected 3 entries", "got 2"});
+  in.qo_indptr = {0, 5, 4};
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"qo_indptr must be non-decreasing"});
+  in = good_decode_inputs();
+  in.qo_indptr = {0, 1, 2};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"qo_indptr: must be empty for decode"});
+}
+
+TEST(ValidatePlan, DecodeQoLenRange) {
+  PlanInputs in = good_decode_inputs();
+  in.qo_len = 0;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"qo_len (0) must be >= 1"});
+  in.qo_len = 9;
+  in.device = Device::kCUDA;
+  expect_rejected([&] { validate_plan_inputs(in, true); }, {"qo_len (9) must be in [1, 8]", "CUDA decode"});
+  in.device = Device::kCPU;
+  in.kv_indptr = {0, 4, 8};  // kv_len 13 and 16
+  in.kv_last_page_len = {1, 4};
+  EXPECT_NO_THROW(validate_plan_inputs(in, true));  // any qo_len <= kv_len on the CPU
+}
+
+TEST(ValidatePlan, CausalQoLenBeyondKvLen) {
+  PlanInputs in = good_prefill_inputs();
+  in.qo_indptr = {0, 5, 13};  // request 1: 8 new tokens, 7 keys
+  expect_rejected([&] { prefill_plan(in, Workspace{}); },
+                  {"request 1: qo_len (8) exceeds kv_len (7)", "causal"});
+  in.causal = false;
+  EXPECT_NO_THROW(validate_plan_inputs(in, false));
+  in = good_decode_inputs();
+  in.qo_len = 8;  // request 1 has 7 keys
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"request 1: qo_len (8) exceeds kv_len (7)"});
+}
+
+TEST(ValidatePlan, CheckedModePageOutsidePool) {
+  PlanInputs in = good_decode_inputs();
+  in.kv_page_indices = {3, 99, 0, 1, 2, 5};
+  in.num_pages = 10;
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"kv_page_indices[1] (99) is outside the page pool [0, num_pages (10))"});
+  in.kv_page_indices = {3, 9, 0, 1, 2, -1};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_page_indices[5] (-1) is outside"});
+  in.kv_page_indices = {3, 9, 0};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_page_indices: holds 3 page ids", "kv_indptr[batch] is 6"});
+  in.kv_page_indices = {3, 9, 0, 1, 2, 4};
+  in.num_pages = -1;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"num_pages (-1) must be set", "checked mode"});
+  in.num_pages = 10;
+  EXPECT_NO_THROW(decode_plan(in, Workspace{}));
+}
+
+TEST(ValidatePlan, RaggedTakesNoLastPageLenNorPageIds) {
+  PlanInputs in = good_prefill_inputs();
+  in.page_size = 0;
+  in.kv_indptr = {0, 13, 20};
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"kv_last_page_len: must be empty for ragged"});
+  in.kv_last_page_len.clear();
+  EXPECT_NO_THROW(validate_plan_inputs(in, false));
+  in.kv_page_indices = {0};
+  in.num_pages = 4;
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"kv_page_indices: checked mode needs paged K/V"});
+}
+
+TEST(ValidatePlan, MaxNumSplitsNegative) {
+  PlanInputs in = good_decode_inputs();
+  in.max_num_splits = -1;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"max_num_splits (-1)"});
+}
+
+// ---- decode run ----------------------------------------------------------------------------------
+
+class DecodeRun : public testing::Test {
+ protected:
+  void SetUp() override {
+    p.num_qo_heads = 8;
+    p.num_kv_heads = 2;
+    p.head_dim = 64;
+    p.dtype = DType::kBF16;
+    p.qo_len = {1, 1};
+    p.kv_len = {13, 7};
+    in = make_inputs(p);
+    kv = make_paged_kv(in.k, in.v, p.kv_len, 4, KVLayout::kNHD, 3);
+    plan = decode_plan(plan_inputs(p, 4, kv.table.kv_page_indptr, kv.table.kv_last_page_len), Workspace{});
+    o = HostTensor({2, 8, 64}, DType::kBF16);
+    lse = HostTensor({2, 8}, DType::kFP32);
+    o.fill_bytes(kPoison);
+    lse.fill_bytes(kPoison);
+    args.q = in.q.view();
+    args.kv = kv.view();
+    args.o = o.view();
+    args.lse = lse.view();
+  }
+  void run() { decode_run(plan, args); }
+  bool untouched() const { return all_bytes_equal(o, kPoison) && all_bytes_equal(lse, kPoison); }
+  void expect_rejected_untouched(std::initializer_list<std::string> needles) {
+    expect_rejected([&] { run(); }, needles);
+    EXPECT_TRUE(untouched()) << "a rejected call wrote its output";
+  }
+
+  Problem p;
+  Inputs in;
+  PagedKVHost kv;
+  Plan plan;
+  HostTensor o, lse;
+  DecodeArgs args;
+};
+
+TEST_F(DecodeRun, GoodCallWrites) {
+  run();
+  EXPECT_FALSE(all_bytes_equal(o, kPoison));
+  EXPECT_FALSE(all_bytes_equal(lse, kPoison));
+}
+
+TEST_F(DecodeRun, WrongNdim) {
+  args.q.ndim = 2;
+  expect_rejected_untouched({"q: expected 3 dims [tokens, num_qo_heads, head_dim], got [2, 8]"});
+}
+
+TEST_F(DecodeRun, WrongHeadDim) {
+  args.q.shape[2] = 32;
+  expect_rejected_untouched({"q: head_dim (dim 2) is 32, expected 64"});
+}
+
+TEST_F(DecodeRun, WrongTokenCount) {
+  args.o.shape[0] = 3;
+  expect_rejected_untouched({"o: tokens (dim 0) is 3, expected 2"});
+}
+
+TEST_F(DecodeRun, WrongQoHeads) {
+  args.o.shape[1] = 4;
+  expect_rejected_untouched({"o: num_qo_heads (dim 1) is 4, expected 8"});
+}
+
+TEST_F(DecodeRun, OutputDtypeMismatch) {
+  args.o.dtype = DType::kFP16;
+  expect_rejected_untouched({"o: dtype is fp16, expected bf16"});
+}
+
+TEST_F(DecodeRun, PoolDtypeMismatch) {
+  args.kv.v_pages.dtype = DType::kFP16;
+  expect_rejected_untouched({"kv.v_pages: dtype is fp16, expected bf16"});
+}
+
+TEST_F(DecodeRun, NonInt32Index) {
+  args.kv.kv_page_indptr.dtype = DType::kFP32;
+  expect_rejected_untouched({"kv.kv_page_indptr: dtype is fp32, expected int32"});
+}
+
+TEST_F(DecodeRun, DeviceMismatch) {
+  args.q.device = Device::kCUDA;
+  expect_rejected_untouched({"q: is on cuda:0 but the plan is on cpu"});
+}
+
+TEST_F(DecodeRun, IndexDeviceMismatch) {
+  args.kv.kv_page_indices.device = Device::kCUDA;
+  expect_rejected_untouched({"kv.kv_page_indices: is on cuda:0"});
+}
+
+TEST_F(DecodeRun, NullPointer) {
+  args.q.data = nullptr;
+  expect_rejected_untouched({"q: data pointer is null", "1024 elements"});
+}
+
+TEST_F(DecodeRun, NonContiguousLastDim) {
+  args.o.strides[2] = 2;
+  expect_rejected_untouched({"o: last dimension must be contiguous"});
+}
+
+TEST_F(DecodeRun, LseWrongDtype) {
+  args.lse.dtype = DType::kBF16;
+  expect_rejected_untouched({"lse: dtype is bf16, expected fp32"});
+}
+
+TEST_F(DecodeRun, LseWrongShape) {
+  args.lse.shape[1] = 2;
+  expect_rejected_untouched({"lse: num_qo_heads (dim 1) is 2, expected 8"});
+}
+
+TEST_F(DecodeRun, PoolHeadsMismatch) {
+  args.kv.k_pages.shape[2] = 4;  // NHD: [pages, page_size, num_kv_heads, head_dim]
+  expect_rejected_untouched({"kv.k_pages: num_kv_heads (dim 2) is 4, expected 2"});
+}
+
+TEST_F(DecodeRun, PoolPageSizeMismatch) {
+  args.kv.k_pages.shape[1] = 8;
+  args.kv.v_pages.shape[1] = 8;
+  expect_rejected_untouched({"kv.k_pages: page_size (dim 1) is 8, expected 4"});
+}
+
+TEST_F(DecodeRun, LayoutMismatch) {
+  args.kv.layout = KVLayout::kHND;  // an NHD pool read as HND: dim 1 holds page_size
+  expect_rejected_untouched({"kv.k_pages: num_kv_heads (dim 1) is 4, expected 2"});
+}
+
+TEST_F(DecodeRun, PoolHeadDimMismatch) {
+  args.kv.k_pages.shape[3] = 128;
+  args.kv.v_pages.shape[3] = 128;
+  expect_rejected_untouched({"kv.k_pages: head_dim (dim 3) is 128, expected 64"});
+}
+
+TEST_F(DecodeRun, VPoolStridesDiffer) {
+  args.kv.v_pages.strides[0] += 64;
+  expect_rejected_untouched({"kv.v_pages: strides", "differ from kv.k_pages"});
+}
+
+TEST_F(DecodeRun, VPoolShapeDiffers) {
+  args.kv.v_pages.shape[0] -= 1;
+  expect_rejected_untouched({"kv.v_pages: shape", "differs from kv.k_pages"});
+}
+
+TEST_F(DecodeRun, IndptrWrongLength) {
+  args.kv.kv_page_indptr.shape[0] = 2;
+  expect_rejected_untouched({"kv.kv_page_indptr: batch + 1 (dim 0) is 2, expected 3"});
+}
+
+TEST_F(DecodeRun, LengthsBeyondThePages) {
+  args.kv.kv_page_indices.shape[0] = 5;  // the plan's 13 + 7 keys need 4 + 2 pages
+  expect_rejected_untouched({"kv.kv_page_indices: holds 5 page ids", "need 6 pages"});
+}
+
+TEST_F(DecodeRun, LastPageLenOutOfRangeAtRun) {
+  ints(kv.kv_last_page_len)[1] = 5;
+  expect_rejected_untouched({"kv.kv_last_page_len[1] (5) must be in [1, page_size (4)]"});
+}
+
+TEST_F(DecodeRun, TableDisagreesWithPlan) {
+  ints(kv.kv_last_page_len)[1] = 2;
+  expect_rejected_untouched({"request 1 holds 6 keys but the plan was made for 7"});
+}
+
+TEST_F(DecodeRun, PageIdOutsidePool) {
+  ints(kv.kv_page_indices)[2] = int32_t(kv.table.num_pages);
+  expect_rejected_untouched({"kv.kv_page_indices[2]", "is outside the page pool"});
+  ints(kv.kv_page_indices)[2] = -1;
+  expect_rejected_untouched({"kv.kv_page_indices[2] (-1) is outside the page pool"});
+}
+
+TEST_F(DecodeRun, KvNotGiven) {
+  args.kv = PagedKV{};
+  expect_rejected_untouched({"kv: not given"});
+}
+
+TEST_F(DecodeRun, PrefillPlan) {
+  plan.is_decode = false;
+  expect_rejected_untouched({"plan: made by prefill_plan"});
+}
+
+TEST_F(DecodeRun, NonFiniteScale) {
+  args.sm_scale = std::numeric_limits<float>::quiet_NaN();
+  expect_rejected_untouched({"sm_scale (nan) must be finite"});
+}
+
+// CUDA-only checks: the plan is described for CUDA without a GPU, the views are tagged cuda:0,
+// and validate_decode_args is called directly (it never dereferences CUDA tensors).
+class CudaAlignment : public DecodeRun {
+ protected:
+  void SetUp() override {
+    DecodeRun::SetUp();
+    PlanInputs pi = plan_inputs(p, 4, kv.table.kv_page_indptr, kv.table.kv_last_page_len);
+    pi.device = Device::kCUDA;
+    plan = plan::describe(pi, true);
+    for (TensorView* t : {&args.q, &args.o, &args.lse, &args.kv.k_pages, &args.kv.v_pages,
+                          &args.kv.kv_page_indptr, &args.kv.kv_page_indices, &args.kv.kv_last_page_len})
+      t->device = Device::kCUDA;
+  }
+  void check() { validate_decode_args(plan, args); }
+};
+
+TEST_F(CudaAlignment, AlignedViewsPass) { EXPECT_NO_THROW(check()); }
+
+TEST_F(CudaAlignment, MisalignedPointer) {
+  args.q.data = static_cast<char*>(args.q.data) + 2;
+  expect_rejected([&] { check(); }, {"q: data pointer must be 16-byte aligned", "% 16 = 2"});
+}
+
+TEST_F(CudaAlignment, MisalignedRowStride) {
+  args.o.strides[1] = 68;  // 136 bytes
+  args.o.strides[0] = 8 * 68;
+  expect_rejected([&] { check(); }, {"o: stride of dim 1 (68 elements = 136 bytes)", "multiple of 16"});
+}
+
+TEST_F(CudaAlignment, MisalignedPoolStride) {
+  for (TensorView* t : {&args.kv.k_pages, &args.kv.v_pages}) {
+    t->strides[0] = t->strides[0] + 4;  // 8 bytes more per page
+  }
+  expect_rejected([&] { check(); }, {"kv.k_pages: stride of dim 0", "multiple of 16"});
+}
+
+TEST_F(CudaAlignment, DeviceIdMismatch) {
+  args.o.device_id = 1;
+  expect_rejected([&] { check(); }, {"o: is on cuda:1 but the plan is on cuda:0"});
+}
+
+// ---- prefill run ---------------------------------------------------------------------------------
+
+class PrefillRun : public testing::Test {
+ protected:
+  void SetUp() override {
+    p.num_qo_heads = 14;
+    p.num_kv_heads = 2;
+    p.head_dim = 80;
+    p.dtype = DType::kFP16;
+    p.causal = true;
+    p.qo_len = {3, 2};
+    p.kv_len = {9, 2};
+    in = make_inputs(p);
+    ragged = make_ragged_kv(in.k, in.v, p.kv_len);
+    paged = make_paged_kv(in.k, in.v, p.kv_len, 3, KVLayout::kHND, 5);
+    PlanInputs pi = plan_inputs(p, 0, in.kv_indptr, {});
+    pi.qo_indptr = in.qo_indptr;
+    plan = prefill_plan(pi, Workspace{});
+    qo_indptr = HostTensor::from_int32(in.qo_indptr);
+    o = HostTensor({5, 14, 80}, DType::kFP16);
+    o.fill_bytes(kPoison);
+    args.q = in.q.view();
+    args.qo_indptr = qo_indptr.view();
+    args.ragged = ragged.view();
+    args.causal = true;
+    args.o = o.view();
+  }
+  void expect_rejected_untouched(std::initializer_list<std::string> needles) {
+    expect_rejected([&] { prefill_run(plan, args); }, needles);
+    EXPECT_TRUE(all_bytes_equal(o, kPoison)) << "a rejected call wrote its output";
+  }
+
+  Problem p;
+  Inputs in;
+  RaggedKVHost ragged;
+  PagedKVHost paged;
+  Plan plan;
+  HostTensor qo_indptr, o;
+  PrefillArgs args;
+};
+
+TEST_F(PrefillRun, GoodCallWrites) {
+  prefill_run(plan, args);
+  EXPECT_FALSE(all_bytes_equal(o, kPoison));
+}
+
+TEST_F(PrefillRun, RaggedAndPagedBothGiven) {
+  args.paged = paged.view();
+  expect_rejected_untouched({"paged, ragged: exactly one K/V source must be given, got both"});
+}
+
+TEST_F(PrefillRun, NeitherGiven) {
+  args.ragged = RaggedKV{};
+  expect_rejected_untouched({"paged, ragged: exactly one K/V source must be given, got neither"});
+}
+
+TEST_F(PrefillRun, PagedForRaggedPlan) {
+  args.ragged = RaggedKV{};
+  args.paged = paged.view();
+  expect_rejected_untouched({"paged: K/V is paged but the plan was made for ragged K/V"});
+}
+
+TEST_F(PrefillRun, CausalDiffersFromPlan) {
+  args.causal = false;
+  expect_rejected_untouched({"causal: prefill_run was called with causal=false", "causal=true"});
+}
+
+TEST_F(PrefillRun, QoIndptrDiffersFromPlan) {
+  ints(qo_indptr)[1] = 2;
+  expect_rejected_untouched({"qo_indptr[1] (2) differs from the plan's (3)"});
+}
+
+TEST_F(PrefillRun, QoIndptrNotInt32) {
+  args.qo_indptr.dtype = DType::kFP32;
+  expect_rejected_untouched({"qo_indptr: dtype is fp32, expected int32"});
+}
+
+TEST_F(PrefillRun, RaggedTooFewRows) {
+  args.ragged.k.shape[0] = 10;
+  args.ragged.v.shape[0] = 10;
+  expect_rejected_untouched({"ragged.k: holds 10 rows", "need 11"});
+}
+
+TEST_F(PrefillRun, RaggedIndptrDisagrees) {
+  ints(ragged.kv_indptr)[1] = 8;
+  expect_rejected_untouched({"ragged.kv_indptr: request 0 holds 8 keys but the plan was made for 9"});
+}
+
+TEST_F(PrefillRun, RaggedKvHeadsMismatch) {
+  args.ragged.v.shape[1] = 1;
+  expect_rejected_untouched({"ragged.v: num_kv_heads (dim 1) is 1, expected 2"});
+}
+
+TEST_F(PrefillRun, DecodePlan) {
+  plan.is_decode = true;
+  expect_rejected_untouched({"plan: made by decode_plan"});
+}
+
+TEST_F(PrefillRun, QDtypeNotThePlans) {
+  args.q.dtype = DType::kBF16;
+  expect_rejected_untouched({"q: dtype is bf16, expected fp16"});
+}
+
+// ---- append_kv -----------------------------------------------------------------------------------
+
+class AppendKvArgs : public testing::Test {
+ protected:
+  void SetUp() override {
+    const HostTensor k = random_tensor({20, 2, 64}, DType::kBF16, 1);
+    kv = make_paged_kv(k, k, {13, 7}, 4, KVLayout::kNHD, 2);
+    k_new = random_tensor({3, 2, 64}, DType::kBF16, 3);
+    v_new = random_tensor({3, 2, 64}, DType::kBF16, 4);
+    batch_indices = HostTensor::from_int32({0, 1, 1});
+    positions = HostTensor::from_int32({12, 0, 6});
+    kv.k_pages.fill_bytes(kPoison);
+    kv.v_pages.fill_bytes(kPoison);
+  }
+  void call() { append_kv(kv.view(), k_new.view(), v_new.view(), batch_indices.view(), positions.view()); }
+  void expect_rejected_untouched(std::initializer_list<std::string> needles) {
+    expect_rejected([&] { call(); }, needles);
+    EXPECT_TRUE(all_bytes_equal(kv.k_pages, kPoison) && all_bytes_equal(kv.v_pages, kPoison))
+        << "a rejected call wrote the pools";
+  }
+
+  PagedKVHost kv;
+  HostTensor k_new, v_new, batch_indices, positions;
+};
+
+TEST_F(AppendKvArgs, GoodCallWrites) {
+  call();
+  EXPECT_FALSE(all_bytes_equal(kv.k_pages, kPoison));
+}
+
+TEST_F(AppendKvArgs, PositionBeyondThePages) {
+  ints(positions)[2] = 8;  // request 1 owns 2 pages of 4 tokens
+  expect_rejected_untouched({"positions[2] (8) lies outside the pages of request 1", "2 pages of 4 tokens"});
+}
+
+TEST_F(AppendKvArgs, NegativePosition) {
+  ints(positions)[0] = -1;
+  expect_rejected_untouched({"positions[0] (-1)"});
+}
+
+TEST_F(AppendKvArgs, BatchIndexOutOfRange) {
+  ints(batch_indices)[0] = 2;
+  expect_rejected_untouched({"batch_indices[0] (2) is outside [0, batch (2))"});
+}
+
+TEST_F(AppendKvArgs, PageIdOutsidePool) {
+  ints(kv.kv_page_indices)[4] = 1000;  // request 1's first page
+  expect_rejected_untouched({"kv.kv_page_indices[4] (1000) is outside the page pool"});
+}
+
+TEST_F(AppendKvArgs, NewKvHeadsMismatch) {
+  k_new = random_tensor({3, 3, 64}, DType::kBF16, 3);
+  expect_rejected_untouched({"k_new: num_kv_heads (dim 1) is 3, expected 2"});
+}
+
+TEST_F(AppendKvArgs, NewKvDtypeMismatch) {
+  v_new = random_tensor({3, 2, 64}, DType::kFP16, 3);
+  expect_rejected_untouched({"v_new: dtype is fp16, expected bf16"});
+}
+
+TEST_F(AppendKvArgs, PositionsNotInt32) {
+  positions.view().dtype = DType::kFP32;
+  expect_rejected_untouched({"positions: dtype is fp32, expected int32"});
+}
+
+TEST_F(AppendKvArgs, PositionsWrongLength) {
+  positions = HostTensor::from_int32({1, 2});
+  expect_rejected_untouched({"positions: num_tokens (dim 0) is 2, expected 3"});
+}
+
+// ---- merge_states --------------------------------------------------------------------------------
+
+class MergeArgs : public testing::Test {
+ protected:
+  void SetUp() override {
+    v = random_tensor({3, 2, 4, 64}, DType::kFP32, 1);
+    s = random_tensor({3, 2, 4}, DType::kFP32, 2);
+    v_merged = HostTensor({3, 4, 64}, DType::kBF16);
+    s_merged = HostTensor({3, 4}, DType::kFP32);
+    v_merged.fill_bytes(kPoison);
+    s_merged.fill_bytes(kPoison);
+  }
+  void call() { merge_states(v.view(), s.view(), v_merged.view(), s_merged.view()); }
+  void expect_rejected_untouched(std::initializer_list<std::string> needles) {
+    expect_rejected([&] { call(); }, needles);
+    EXPECT_TRUE(all_bytes_equal(v_merged, kPoison) && all_bytes_equal(s_merged, kPoison))
+        << "a rejected call wrote its output";
+  }
+  HostTensor v, s, v_merged, s_merged;
+};
+
+TEST_F(MergeArgs, GoodCallWrites) {
+  call();
+  EXPECT_FALSE(all_bytes_equal(v_merged, kPoison));
+}
+
+TEST_F(MergeArgs, LseShapeMismatch) {
+  s = random_tensor({3, 2, 3}, DType::kFP32, 2);
+  expect_rejected_untouched({"s: num_heads (dim 2) is 3, expected 4"});
+}
+
+TEST_F(MergeArgs, MergedShapeMismatch) {
+  v_merged.view().shape[2] = 32;
+  expect_rejected_untouched({"v_merged: head_dim (dim 2) is 32, expected 64"});
+}
+
+TEST_F(MergeArgs, StateCountMismatch) {
+  s = random_tensor({3, 1, 4}, DType::kFP32, 2);
+  expect_rejected_untouched({"s: num_states (dim 1) is 1, expected 2"});
+}
+
+TEST_F(MergeArgs, LseDtype) {
+  s.view().dtype = DType::kBF16;
+  expect_rejected_untouched({"s: dtype is bf16, expected fp32"});
+  s.view().dtype = DType::kFP32;
+  s_merged.view().dtype = DType::kFP16;
+  expect_rejected_untouched({"s_merged: dtype is fp16, expected fp32"});
+}
+
+TEST_F(MergeArgs, DeviceMismatch) {
+  v_merged.view().device = Device::kCUDA;
+  expect_rejected_untouched({"v_merged: is on cuda:0 but v is on cpu"});
+}
+
+TEST_F(MergeArgs, Int32Values) {
+  v.view().dtype = DType::kInt32;
+  expect_rejected_untouched({"v: dtype int32 is not supported"});
+}
+
+}  // namespace
+}  // namespace gqattn::test

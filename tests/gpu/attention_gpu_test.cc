@@ -1,0 +1,441 @@
+// GPU decode, prefill, append_kv and merge_states against the CPU float64 oracle, on fresh random
+// inputs with poisoned outputs. Layer: tests (label gpu; skipped with a message without a GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_util.h"
+
+namespace gqattn::test {
+namespace {
+
+struct Heads {
+  int qo, kv;
+};
+// Group sizes 1, 2, 4, 7, 8 and num_qo_heads (MQA), plus an MQA group wider than 16 rows.
+const Heads kHeadSets[] = {{4, 4}, {8, 4}, {8, 2}, {14, 2}, {16, 2}, {8, 1}, {32, 1}};
+
+std::string describe_case(DType dtype, Heads h, int head_dim, int page_size, int qo_len, KVLayout layout,
+                          const std::vector<int32_t>& kv_len) {
+  std::ostringstream os;
+  os << dtype_name(dtype) << " heads " << h.qo << "/" << h.kv << " hd " << head_dim << " page " << page_size
+     << " qo_len " << qo_len << " " << layout_name(layout) << " kv_len [";
+  for (int32_t l : kv_len) os << l << " ";
+  os << "]";
+  return os.str();
+}
+
+// Random lengths in [lo, hi], with 0 and 1 mixed in when asked.
+std::vector<int32_t> random_lengths(int batch, int lo, int hi, uint64_t seed, bool edges) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<int32_t> out(batch);
+  for (int& l : out) l = dist(rng);
+  if (edges && batch >= 3) {
+    out[0] = 0;
+    out[1] = 1;
+  }
+  return out;
+}
+
+void expect_close(const HostTensor& got, const HostTensor& ref, DType dtype, const std::string& what) {
+  const Diff d = compare(got, ref);
+  EXPECT_EQ(d.nan_count, 0) << what << ": NaN or unwritten elements";
+  EXPECT_LE(d.max_abs, max_abs_tol(dtype)) << what;
+  EXPECT_LE(d.rel_l2, rel_l2_tol(dtype)) << what;
+}
+
+void expect_lse_close(const HostTensor& got, const HostTensor& ref, const std::string& what) {
+  const Diff d = compare(got, ref);
+  EXPECT_EQ(d.nan_count, 0) << what << ": NaN in lse";
+  EXPECT_LE(d.max_abs, kLseTol) << what << " (lse)";
+}
+
+struct DecodeResult {
+  HostTensor o, lse;
+};
+
+// Runs one decode configuration on the CPU oracle and the GPU and compares.
+void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len, KVLayout layout,
+                  const std::vector<int32_t>& kv_len, uint64_t seed, int max_num_splits = 0,
+                  DecodeResult* gpu_out = nullptr) {
+  const std::string what = describe_case(dtype, h, head_dim, page_size, qo_len, layout, kv_len);
+  SCOPED_TRACE(what);
+  const int batch = static_cast<int>(kv_len.size());
+  int64_t total_kv = 0;
+  for (int32_t l : kv_len) total_kv += l;
+  const HostTensor k = random_tensor({total_kv, h.kv, head_dim}, dtype, seed);
+  const HostTensor v = random_tensor({total_kv, h.kv, head_dim}, dtype, seed + 1);
+  const PagedKVHost paged = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
+  const HostTensor q = random_tensor({int64_t(batch) * qo_len, h.qo, head_dim}, dtype, seed + 3);
+
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.dtype = dtype;
+  in.num_qo_heads = h.qo;
+  in.num_kv_heads = h.kv;
+  in.head_dim = head_dim;
+  in.page_size = page_size;
+  in.qo_len = qo_len;
+  in.kv_indptr = paged.table.kv_page_indptr;
+  in.kv_last_page_len = paged.table.kv_last_page_len;
+  HostTensor o_ref({int64_t(batch) * qo_len, h.qo, head_dim}, dtype);
+  HostTensor lse_ref({int64_t(batch) * qo_len, h.qo}, DType::kFP32);
+  const Plan cpu_plan = decode_plan(in, Workspace{});
+  decode_run(cpu_plan, DecodeArgs{q.view(), paged.view(), o_ref.view(), lse_ref.view()});
+
+  in.device = Device::kCUDA;
+  in.max_num_splits = max_num_splits;
+  DeviceWorkspace ws;
+  const Plan plan = decode_plan(in, ws.get());
+  DeviceTensor dq(q);
+  DevicePagedKV dkv(paged);
+  DeviceTensor d_o(o_ref), d_lse(lse_ref);
+  d_o.poison();
+  d_lse.poison();
+  decode_run(plan, DecodeArgs{dq.view(), dkv.view(), d_o.view(), d_lse.view()});
+  sync_and_check();
+  const HostTensor o = d_o.to_host(o_ref);
+  const HostTensor lse = d_lse.to_host(lse_ref);
+  expect_close(o, o_ref, dtype, what);
+  expect_lse_close(lse, lse_ref, what);
+  if (gpu_out) *gpu_out = DecodeResult{o, lse};
+}
+
+TEST(GpuDecode, GroupSizesPageSizesQoLens) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const Heads& h : kHeadSets) {
+    for (int page_size : {1, 3, 16, 64, 256}) {
+      for (int qo_len : {1, 2, 4}) {
+        const KVLayout layout = (seed % 2) ? KVLayout::kHND : KVLayout::kNHD;
+        std::vector<int32_t> kv_len = random_lengths(5, qo_len, 700, seed, true);
+        kv_len[1] = std::max(kv_len[1], qo_len);
+        check_decode(DType::kBF16, h, 128, page_size, qo_len, layout, kv_len, seed++);
+      }
+    }
+  }
+}
+
+TEST(GpuDecode, EveryHeadDimAndDtypeBuilt) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  uint64_t seed = 900;
+  for (DType dtype : info.dtypes) {
+    for (int head_dim : info.head_dims) {
+      for (const Heads& h : {Heads{8, 8}, Heads{32, 4}, Heads{16, 1}}) {
+        for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+          check_decode(dtype, h, head_dim, 16, 1 + static_cast<int>(seed % 3), layout,
+                       random_lengths(4, 3, 1200, seed, false), seed);
+          ++seed;
+        }
+      }
+    }
+  }
+}
+
+// Batch 1 with a long context: the planner splits the keys over many CTAs and merges them.
+TEST(GpuDecode, SplitKVLongContextMatchesUnsplit) {
+  GQ_REQUIRE_GPU();
+  for (const Heads& h : {Heads{32, 8}, Heads{32, 1}, Heads{8, 8}}) {
+    const std::vector<int32_t> kv_len = {20011};
+    DecodeResult split, whole;
+    check_decode(DType::kBF16, h, 128, 16, 1, KVLayout::kNHD, kv_len, 7, 0, &split);
+    check_decode(DType::kBF16, h, 128, 16, 1, KVLayout::kNHD, kv_len, 7, 1, &whole);
+  }
+}
+
+TEST(GpuDecode, BitwiseDeterministic) {
+  GQ_REQUIRE_GPU();
+  DecodeResult a, b;
+  const std::vector<int32_t> kv_len = {5000, 17, 3333};
+  check_decode(DType::kBF16, Heads{32, 8}, 128, 16, 2, KVLayout::kNHD, kv_len, 42, 0, &a);
+  check_decode(DType::kBF16, Heads{32, 8}, 128, 16, 2, KVLayout::kNHD, kv_len, 42, 0, &b);
+  EXPECT_EQ(a.o.storage(), b.o.storage());
+  EXPECT_EQ(a.lse.storage(), b.lse.storage());
+}
+
+// A graph captured once replays correctly after plan() is called again with other lengths and
+// another page table (written into the same fixed-capacity index buffers, as an engine does).
+TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
+  GQ_REQUIRE_GPU();
+  const DType dtype = DType::kBF16;
+  const Heads h{32, 8};
+  const int head_dim = 128, page_size = 16, batch = 3, qo_len = 2;
+  const int64_t pool_pages = 1500;
+  const std::vector<std::vector<int32_t>> steps = {{5000, 30, 6001}, {2, 7777, 16}, {9000, 9001, 4095}};
+  const auto shape = pool_shape(KVLayout::kNHD, pool_pages, h.kv, page_size, head_dim);
+  PagedKVHost host;
+  host.layout = KVLayout::kNHD;
+  host.k_pages = random_tensor(shape, dtype, 1);
+  host.v_pages = random_tensor(shape, dtype, 2);
+  const HostTensor q = random_tensor({batch * qo_len, h.qo, head_dim}, dtype, 4);
+  DeviceTensor dq(q), dk(host.k_pages), dv(host.v_pages);
+  DeviceTensor d_indptr(HostTensor::from_int32(std::vector<int32_t>(batch + 1, 0)));
+  DeviceTensor d_indices(HostTensor::from_int32(std::vector<int32_t>(pool_pages, 0)));
+  DeviceTensor d_last(HostTensor::from_int32(std::vector<int32_t>(batch, 0)));
+  HostTensor o_like({batch * qo_len, h.qo, head_dim}, dtype);
+  HostTensor lse_like({batch * qo_len, h.qo}, DType::kFP32);
+  DeviceTensor d_o(o_like), d_lse(lse_like);
+  DeviceWorkspace ws;
+  PagedKV dkv;
+  dkv.k_pages = dk.view();
+  dkv.v_pages = dv.view();
+  dkv.layout = KVLayout::kNHD;
+  dkv.kv_page_indptr = d_indptr.view();
+  dkv.kv_page_indices = d_indices.view();
+  dkv.kv_last_page_len = d_last.view();
+  const DecodeArgs args{dq.view(), dkv, d_o.view(), d_lse.view()};
+
+  cudaStream_t stream;
+  GQ_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaGraphExec_t exec = nullptr;
+  uint64_t seed = 10;
+  for (const auto& kv_len : steps) {
+    SCOPED_TRACE(describe_case(dtype, h, head_dim, page_size, qo_len, KVLayout::kNHD, kv_len));
+    int64_t needed = 0;
+    for (int32_t l : kv_len) needed += (l + page_size - 1) / page_size;
+    const PageTable table = make_random_page_table(kv_len, page_size, seed++, pool_pages - needed);
+    host.table = table;
+    host.kv_page_indptr = HostTensor::from_int32(table.kv_page_indptr);
+    host.kv_page_indices = HostTensor::from_int32(table.kv_page_indices);
+    host.kv_last_page_len = HostTensor::from_int32(table.kv_last_page_len);
+    PlanInputs in;
+    in.dtype = dtype;
+    in.num_qo_heads = h.qo;
+    in.num_kv_heads = h.kv;
+    in.head_dim = head_dim;
+    in.page_size = page_size;
+    in.qo_len = qo_len;
+    in.kv_indptr = table.kv_page_indptr;
+    in.kv_last_page_len = table.kv_last_page_len;
+    in.device = Device::kCPU;
+    HostTensor o_ref = o_like, lse_ref = lse_like;
+    decode_run(decode_plan(in, Workspace{}), DecodeArgs{q.view(), host.view(), o_ref.view(), lse_ref.view()});
+
+    in.device = Device::kCUDA;
+    in.enable_cuda_graph = true;
+    const Plan plan = decode_plan(in, ws.get(), stream);
+    GQ_CUDA_CHECK(cudaMemcpyAsync(d_indptr.view().data, table.kv_page_indptr.data(), (batch + 1) * 4,
+                                  cudaMemcpyHostToDevice, stream));
+    GQ_CUDA_CHECK(cudaMemcpyAsync(d_indices.view().data, table.kv_page_indices.data(),
+                                  table.kv_page_indices.size() * 4, cudaMemcpyHostToDevice, stream));
+    GQ_CUDA_CHECK(cudaMemcpyAsync(d_last.view().data, table.kv_last_page_len.data(), batch * 4,
+                                  cudaMemcpyHostToDevice, stream));
+    if (exec == nullptr) {  // capture once, with the first step's plan
+      cudaGraph_t graph;
+      GQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      decode_run(plan, args, stream);
+      GQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      GQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      GQ_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    d_o.poison();
+    d_lse.poison();
+    GQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    expect_close(d_o.to_host(o_like), o_ref, dtype, "graph replay");
+    expect_lse_close(d_lse.to_host(lse_like), lse_ref, "graph replay");
+  }
+  GQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  GQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// One prefill configuration: CPU oracle vs GPU, K/V ragged (page_size 0) or paged.
+void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causal, KVLayout layout,
+                   const std::vector<int32_t>& qo_len, const std::vector<int32_t>& kv_len, uint64_t seed) {
+  std::ostringstream what_os;
+  what_os << describe_case(dtype, h, head_dim, page_size, -1, layout, kv_len) << " causal " << causal << " qo [";
+  for (int32_t l : qo_len) what_os << l << " ";
+  what_os << "]";
+  const std::string what = what_os.str();
+  SCOPED_TRACE(what);
+  const std::vector<int32_t> qo_indptr = token_indptr(qo_len);
+  const std::vector<int32_t> kv_indptr = token_indptr(kv_len);
+  const HostTensor k = random_tensor({kv_indptr.back(), h.kv, head_dim}, dtype, seed);
+  const HostTensor v = random_tensor({kv_indptr.back(), h.kv, head_dim}, dtype, seed + 1);
+  const HostTensor q = random_tensor({qo_indptr.back(), h.qo, head_dim}, dtype, seed + 2);
+  const HostTensor d_qo_indptr_host = HostTensor::from_int32(qo_indptr);
+
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.dtype = dtype;
+  in.num_qo_heads = h.qo;
+  in.num_kv_heads = h.kv;
+  in.head_dim = head_dim;
+  in.page_size = page_size;
+  in.causal = causal;
+  in.qo_indptr = qo_indptr;
+  PagedKVHost paged;
+  RaggedKVHost ragged;
+  if (page_size > 0) {
+    paged = make_paged_kv(k, v, kv_len, page_size, layout, seed + 3);
+    in.kv_indptr = paged.table.kv_page_indptr;
+    in.kv_last_page_len = paged.table.kv_last_page_len;
+  } else {
+    ragged = make_ragged_kv(k, v, kv_len);
+    in.kv_indptr = kv_indptr;
+  }
+  HostTensor o_ref({qo_indptr.back(), h.qo, head_dim}, dtype);
+  HostTensor lse_ref({qo_indptr.back(), h.qo}, DType::kFP32);
+  PrefillArgs cpu_args;
+  cpu_args.q = q.view();
+  cpu_args.qo_indptr = d_qo_indptr_host.view();
+  if (page_size > 0) cpu_args.paged = paged.view(); else cpu_args.ragged = ragged.view();
+  cpu_args.causal = causal;
+  cpu_args.o = o_ref.view();
+  cpu_args.lse = lse_ref.view();
+  prefill_run(prefill_plan(in, Workspace{}), cpu_args);
+
+  in.device = Device::kCUDA;
+  DeviceWorkspace ws;
+  const Plan plan = prefill_plan(in, ws.get());
+  DeviceTensor dq(q), d_qo_indptr(d_qo_indptr_host), d_o(o_ref), d_lse(lse_ref);
+  std::unique_ptr<DevicePagedKV> dpaged;
+  DeviceTensor dk, dv, d_kv_indptr;
+  PrefillArgs args;
+  args.q = dq.view();
+  args.qo_indptr = d_qo_indptr.view();
+  if (page_size > 0) {
+    dpaged = std::make_unique<DevicePagedKV>(paged);
+    args.paged = dpaged->view();
+  } else {
+    dk = DeviceTensor(ragged.k);
+    dv = DeviceTensor(ragged.v);
+    d_kv_indptr = DeviceTensor(ragged.kv_indptr);
+    args.ragged = RaggedKV{dk.view(), dv.view(), d_kv_indptr.view()};
+  }
+  args.causal = causal;
+  args.o = d_o.view();
+  args.lse = d_lse.view();
+  d_o.poison();
+  d_lse.poison();
+  prefill_run(plan, args);
+  sync_and_check();
+  expect_close(d_o.to_host(o_ref), o_ref, dtype, what);
+  expect_lse_close(d_lse.to_host(lse_ref), lse_ref, what);
+}
+
+TEST(GpuPrefill, OddLengthsAllGroupSizesRaggedAndPaged) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (const Heads& h : {Heads{4, 4}, Heads{8, 2}, Heads{14, 2}, Heads{16, 2}, Heads{8, 1}}) {
+    for (int page_size : {0, 1, 16, 64}) {
+      for (bool causal : {true, false}) {
+        const std::vector<int32_t> len = {1, 17, 97, 0, 300};
+        check_prefill(DType::kBF16, h, 128, page_size, causal, seed % 2 ? KVLayout::kHND : KVLayout::kNHD, len, len,
+                      seed);
+        ++seed;
+      }
+    }
+  }
+}
+
+TEST(GpuPrefill, LongSequence2049) {
+  GQ_REQUIRE_GPU();
+  for (const Heads& h : {Heads{4, 4}, Heads{8, 1}}) {
+    check_prefill(DType::kBF16, h, 128, 16, true, KVLayout::kNHD, {1000, 2049}, {1000, 2049}, 11);
+  }
+}
+
+// Chunked prefill / prefix caching: new tokens attend to a cached prefix (qo_len < kv_len).
+TEST(GpuPrefill, CachedPrefixCausalAlignment) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{14, 2}, Heads{8, 1}}) {
+    for (int page_size : {0, 1, 16}) {
+      check_prefill(DType::kBF16, h, 128, page_size, true, KVLayout::kNHD, {5, 64, 0, 130, 1},
+                    {900, 64, 40, 1300, 1}, seed++);
+    }
+  }
+}
+
+// Short query chunks in the prefill API run on the decode families (packed rows <= 16 and <= 64).
+TEST(GpuPrefill, ShortQueriesOnDecodeFamilies) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 800;
+  for (const Heads& h : {Heads{8, 1}, Heads{4, 4}, Heads{14, 2}}) {
+    for (bool causal : {true, false}) {
+      check_prefill(DType::kBF16, h, 128, 16, causal, KVLayout::kHND, {3, 1, 0, 4}, {100, 1, 7, 2000}, seed++);
+    }
+  }
+}
+
+TEST(GpuPrefill, EveryHeadDimAndDtypeBuilt) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  uint64_t seed = 700;
+  for (DType dtype : info.dtypes) {
+    for (int head_dim : info.head_dims) {
+      for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
+        check_prefill(dtype, h, head_dim, seed % 2 ? 16 : 0, true, KVLayout::kNHD, {33, 200, 7}, {33, 300, 7}, seed);
+        ++seed;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 50;
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+    for (int page_size : {1, 3, 16}) {
+      SCOPED_TRACE(std::string(layout_name(layout)) + " page " + std::to_string(page_size));
+      const Heads h{8, 2};
+      const int head_dim = 128;
+      const std::vector<int32_t> kv_len = {40, 1, 77};
+      const HostTensor k = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed);
+      const HostTensor v = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed + 1);
+      PagedKVHost cpu_kv = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
+      // New tokens: a few positions of each request, in random order.
+      const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2};
+      const std::vector<int32_t> positions = {76, 39, 0, 5, 3, 50};
+      const HostTensor k_new = random_tensor({6, h.kv, head_dim}, DType::kBF16, seed + 3);
+      const HostTensor v_new = random_tensor({6, h.kv, head_dim}, DType::kBF16, seed + 4);
+      const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
+      DevicePagedKV gpu_kv(cpu_kv);
+      DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
+      append_kv(cpu_kv.view(), k_new.view(), v_new.view(), b_t.view(), p_t.view());
+      append_kv(gpu_kv.view(), dk_new.view(), dv_new.view(), db.view(), dp.view());
+      sync_and_check();
+      EXPECT_EQ(gpu_kv.k_pages.to_host(cpu_kv.k_pages).storage(), cpu_kv.k_pages.storage());
+      EXPECT_EQ(gpu_kv.v_pages.to_host(cpu_kv.v_pages).storage(), cpu_kv.v_pages.storage());
+      ++seed;
+    }
+  }
+}
+
+TEST(GpuMergeStates, MatchesCpuWithEmptyStates) {
+  GQ_REQUIRE_GPU();
+  const int n = 37, states = 5, heads = 6, head_dim = 128;
+  const HostTensor v = random_tensor({n, states, heads, head_dim}, DType::kFP32, 1);
+  HostTensor s = random_tensor({n, states, heads}, DType::kFP32, 2);
+  for (int i = 0; i < n; ++i)
+    for (int h = 0; h < heads; ++h) {
+      s.set({i, (i + h) % states, h}, -INFINITY);  // one empty state in every row
+      if (i == 3)
+        for (int st = 0; st < states; ++st) s.set({i, st, h}, -INFINITY);  // a fully empty row
+    }
+  HostTensor o_ref({n, heads, head_dim}, DType::kBF16), s_ref({n, heads}, DType::kFP32);
+  merge_states(v.view(), s.view(), o_ref.view(), s_ref.view());
+  DeviceTensor dv(v), ds(s), d_o(o_ref), d_s(s_ref);
+  d_o.poison();
+  d_s.poison();
+  merge_states(dv.view(), ds.view(), d_o.view(), d_s.view());
+  sync_and_check();
+  expect_close(d_o.to_host(o_ref), o_ref, DType::kBF16, "merge_states");
+  expect_lse_close(d_s.to_host(s_ref), s_ref, "merge_states");
+}
+
+}  // namespace
+}  // namespace gqattn::test
