@@ -21,7 +21,8 @@ Plan describe(const PlanInputs& inputs, bool is_decode);
 //   kv_tile:    keys per pipeline tile; chunks are whole tiles
 //   min_chunk:  a chunk never holds fewer keys than this (the merge must stay cheap)
 //   max_splits: most chunks per request
-// Measured reasoning in docs/perf-notes.md ("split-KV").
+// Picks the chunk by a small cost model (whole waves of the longest item); docs/perf-notes.md,
+// "Split-KV heuristic".
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits);
 
