@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced by scripts/run.sh and scripts/test.sh (not a command of its own): configures the CMake
 # build in $GQATTN_BUILD_DIR (default build) with Ninja, passing GQATTN_CUDA, GQATTN_CUDA_ARCHS,
-# GQATTN_HEAD_DIMS and GQATTN_DTYPES to CMake when they are set, and builds with every core.
+# GQATTN_HEAD_DIMS, GQATTN_DTYPES and GQATTN_PYTHON to CMake when they are set, and builds with
+# every core.
 
 GQATTN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${GQATTN_BUILD_DIR:-build}"
@@ -14,6 +15,7 @@ gqattn_configure() {
   [[ -n "${GQATTN_CUDA_ARCHS:-}" ]] && args+=("-DGQATTN_CUDA_ARCHS=$GQATTN_CUDA_ARCHS")
   [[ -n "${GQATTN_HEAD_DIMS:-}" ]] && args+=("-DGQATTN_HEAD_DIMS=$GQATTN_HEAD_DIMS")
   [[ -n "${GQATTN_DTYPES:-}" ]] && args+=("-DGQATTN_DTYPES=$GQATTN_DTYPES")
+  [[ -n "${GQATTN_PYTHON:-}" ]] && args+=("-DGQATTN_PYTHON=$GQATTN_PYTHON")
   # Debian's googletest package ships the sources; build them with our compiler flags.
   if [[ -n "${GQATTN_GTEST_SOURCE_DIR:-}" ]]; then
     args+=("-DGQATTN_GTEST_SOURCE_DIR=$GQATTN_GTEST_SOURCE_DIR")
@@ -34,4 +36,9 @@ gqattn_build() {
 # True when a CUDA GPU is visible to the driver.
 gqattn_have_gpu() {
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'
+}
+
+# The Python interpreter the extension gqattn._C was built for (empty when it was not built).
+gqattn_python_executable() {
+  sed -n 's/^GQATTN_PYTHON_EXECUTABLE:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null
 }

@@ -43,7 +43,9 @@ void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_n
 // workspace with an async copy on `stream`. run() is then called once per layer: it allocates
 // nothing and never synchronises, so it can be captured in a CUDA graph.
 
-// A device (or, for the CPU backend, unused) scratch buffer that the plan lays out.
+// A device (or, for the CPU backend, unused) scratch buffer that the plan lays out from its
+// start. Plans that are used in the same step (a decode plan and a prefill plan, say) need
+// separate workspaces; a new plan in the same workspace replaces the old one.
 struct Workspace {
   void* data = nullptr;
   size_t bytes = 0;

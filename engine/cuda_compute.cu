@@ -1,0 +1,522 @@
+// The CUDA compute device: cuBLAS bf16 GEMMs with fp32 compute, the engine's small fused kernels
+// (embedding gather, residual add + RMSNorm, RoPE, SwiGLU, row gather, argmax, K/V expansion,
+// random weights), a streaming read for the bandwidth ceiling, and CUDA-graph capture/replay.
+// Layer: engine (kernels + host launchers). Every CUDA and cuBLAS call is checked.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "compute.h"
+#include "gqattn/error.h"
+#include "prims/cuda_check.h"
+#include "random.h"
+
+#define GQ_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                          \
+    const cublasStatus_t gq_blas_status_ = (call);                                              \
+    if (gq_blas_status_ != CUBLAS_STATUS_SUCCESS)                                               \
+      throw ::gqattn::Error(::gqattn::detail::concat("cuBLAS error in ", #call, ": ",           \
+                                                     cublasGetStatusString(gq_blas_status_)));  \
+  } while (0)
+
+namespace gqattn::engine {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kArgmaxThreads = 1024;
+// cuBLAS workspace (NVIDIA recommends 32 MiB on Hopper); given explicitly so that graph capture
+// never makes cuBLAS allocate.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+// The streaming read: far past the 60 MB L2, median of several passes.
+constexpr size_t kBandwidthBytes = size_t(4) << 30;
+constexpr int kBandwidthReps = 10;
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(f);
+  return *reinterpret_cast<const uint16_t*>(&b);
+}
+
+unsigned grid_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t(1) << 20));
+}
+
+// Block-wide sum over kThreads-thread blocks.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? partial[lane] : 0.f;
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float total = partial[0];
+  __syncthreads();
+  return total;
+}
+
+__global__ void fill_random_kernel(uint16_t* p, int64_t n, uint64_t seed, uint64_t tensor_id, float half_width) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = float_to_bf16_bits(random_weight(seed, tensor_id, uint64_t(i), half_width));
+}
+
+__global__ void fill_bf16_kernel(uint16_t* p, int64_t n, float value) {
+  const uint16_t bits = float_to_bf16_bits(value);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = bits;
+}
+
+__global__ void fill_fp32_kernel(float* p, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = value;
+}
+
+// One block per token. An id outside the vocabulary yields a zero row (the host validates ids).
+__global__ void embed_kernel(const int32_t* token_ids, const uint16_t* table, int64_t table_stride, int vocab,
+                             int hidden, float* residual, int64_t residual_stride) {
+  const int i = blockIdx.x;
+  const int tok = token_ids[i];
+  const bool valid = tok >= 0 && tok < vocab;
+  const uint16_t* row = table + (valid ? int64_t(tok) * table_stride : 0);
+  float* out = residual + int64_t(i) * residual_stride;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) out[j] = valid ? bf16_bits_to_float(row[j]) : 0.f;
+}
+
+// One block per token: residual += delta; out = residual * rsqrt(mean(residual^2) + eps) * weight.
+__global__ void add_rmsnorm_kernel(float* residual, int64_t residual_stride, const uint16_t* delta,
+                                   int64_t delta_stride, const uint16_t* weight, float eps, uint16_t* out,
+                                   int64_t out_stride, int hidden) {
+  float* r = residual + int64_t(blockIdx.x) * residual_stride;
+  const uint16_t* d = delta != nullptr ? delta + int64_t(blockIdx.x) * delta_stride : nullptr;
+  float sum_sq = 0.f;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+    float v = r[j];
+    if (d != nullptr) {
+      v += bf16_bits_to_float(d[j]);
+      r[j] = v;
+    }
+    sum_sq += v * v;
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq) / float(hidden) + eps);
+  uint16_t* o = out + int64_t(blockIdx.x) * out_stride;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x)
+    o[j] = float_to_bf16_bits(r[j] * inv_rms * bf16_bits_to_float(weight[j]));
+}
+
+// One block per token; threads over (head, pair) of q's heads then k's.
+__global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
+                            int k_heads, int head_dim, const int32_t* positions, const float* inv_freq) {
+  const int i = blockIdx.x;
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[i]);
+  for (int idx = threadIdx.x; idx < (q_heads + k_heads) * half; idx += blockDim.x) {
+    const int h = idx / half, j = idx % half;
+    uint16_t* x = h < q_heads ? q + int64_t(i) * q_stride + int64_t(h) * head_dim
+                              : k + int64_t(i) * k_stride + int64_t(h - q_heads) * head_dim;
+    float s, c;
+    sincosf(pos * inv_freq[j], &s, &c);
+    const float x1 = bf16_bits_to_float(x[j]), x2 = bf16_bits_to_float(x[j + half]);
+    x[j] = float_to_bf16_bits(x1 * c - x2 * s);
+    x[j + half] = float_to_bf16_bits(x2 * c + x1 * s);
+  }
+}
+
+__global__ void swiglu_kernel(const uint16_t* gate_up, int64_t in_stride, uint16_t* out, int64_t out_stride,
+                              int n, int f) {
+  const int64_t total = int64_t(n) * f;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / f, j = idx % f;
+    const float g = bf16_bits_to_float(gate_up[i * in_stride + j]);
+    const float u = bf16_bits_to_float(gate_up[i * in_stride + f + j]);
+    out[i * out_stride + j] = float_to_bf16_bits(g / (1.f + __expf(-g)) * u);
+  }
+}
+
+// One block per output row; elements of T (uint16_t or float).
+template <typename T>
+__global__ void gather_rows_kernel(const T* x, int64_t x_stride, const int32_t* rows, T* out, int64_t out_stride,
+                                   int cols) {
+  const T* src = x + int64_t(rows[blockIdx.x]) * x_stride;
+  T* dst = out + int64_t(blockIdx.x) * out_stride;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) dst[j] = src[j];
+}
+
+// One block per row: the largest value, the smallest index among equal ones.
+__global__ void argmax_kernel(const float* logits, int64_t stride, int vocab, int32_t* tokens) {
+  __shared__ float best_v[kArgmaxThreads];
+  __shared__ int best_i[kArgmaxThreads];
+  const float* row = logits + int64_t(blockIdx.x) * stride;
+  float v = -INFINITY;
+  int idx = vocab;  // no candidate yet
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float x = row[j];
+    if (idx == vocab || x > v) {
+      v = x;
+      idx = j;
+    }
+  }
+  best_v[threadIdx.x] = v;
+  best_i[threadIdx.x] = idx;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = best_v[threadIdx.x + s];
+      const int oi = best_i[threadIdx.x + s];
+      const int mi = best_i[threadIdx.x];
+      const bool take = mi == vocab || (oi != vocab && (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < mi)));
+      if (take) {
+        best_v[threadIdx.x] = ov;
+        best_i[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) tokens[blockIdx.x] = best_i[0] == vocab ? 0 : best_i[0];
+}
+
+// Copies the step's pages into per-query-head pages; the page count is read on the device, so a
+// captured graph serves any later step of the same batch size.
+struct ExpandParams {
+  const char* k_src;
+  const char* v_src;
+  int64_t page_stride, token_stride, head_stride;  // source strides in elements
+  const int32_t* kv_page_indptr;
+  const int32_t* kv_page_indices;
+  int batch;
+  char* k_dst;
+  char* v_dst;
+  int page_size, qo_heads, group_size;
+  int row_bytes;  // head_dim * element size, a multiple of 16
+  int elem_bytes;
+  int64_t capacity_pages;
+};
+
+__global__ void expand_kv_pages_kernel(const ExpandParams p) {
+  const int64_t listed = p.kv_page_indptr[p.batch];
+  const int64_t pages = listed < p.capacity_pages ? listed : p.capacity_pages;
+  const int chunks = p.row_bytes / 16;
+  const int64_t per_page = int64_t(p.page_size) * p.qo_heads * chunks;
+  const int64_t total = pages * per_page;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / per_page;
+    const int64_t rest = idx % per_page;
+    const int t = int(rest / (int64_t(p.qo_heads) * chunks));
+    const int h = int((rest / chunks) % p.qo_heads);
+    const int c = int(rest % chunks);
+    const int64_t src_page = p.kv_page_indices[i];
+    const int64_t src_elem = src_page * p.page_stride + t * p.token_stride + int64_t(h / p.group_size) * p.head_stride;
+    const int64_t src = src_elem * p.elem_bytes + c * 16;
+    const int64_t dst = ((i * p.page_size + t) * p.qo_heads + h) * int64_t(p.row_bytes) + c * 16;
+    *reinterpret_cast<uint4*>(p.k_dst + dst) = *reinterpret_cast<const uint4*>(p.k_src + src);
+    *reinterpret_cast<uint4*>(p.v_dst + dst) = *reinterpret_cast<const uint4*>(p.v_src + src);
+  }
+}
+
+// XOR of 16-byte words, four loads in flight per thread.
+__global__ void read_kernel(const uint4* data, int64_t n, unsigned* sink) {
+  constexpr int kUnroll = 4;
+  uint32_t acc = 0;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(data + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = data[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
+}
+
+void check_bf16(const TensorView& t, const char* what) {
+  GQ_CHECK(t.dtype == DType::kBF16 && t.device == Device::kCUDA, "cuda compute: ", what,
+           " must be a bf16 CUDA tensor, got ", t.describe());
+}
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kFP16: return CUDA_R_16F;
+    case DType::kFP32: return CUDA_R_32F;
+    default: throw Error(detail::concat("cuda compute: no cuBLAS type for ", dtype_name(d)));
+  }
+}
+
+class CudaCompute final : public Compute {
+ public:
+  explicit CudaCompute(int device_id) : device_id_(device_id) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) cudaGetLastError();
+    GQ_CHECK(status == cudaSuccess && count > device_id && device_id >= 0, "--device cuda: no usable CUDA device ",
+             device_id, " (", status == cudaSuccess ? detail::concat(count, " present") : cudaGetErrorString(status), ")");
+    GQ_CUDA_CHECK(cudaSetDevice(device_id_));
+    GQ_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_id_));
+    GQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    GQ_CUBLAS_CHECK(cublasCreate(&cublas_));
+    GQ_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    cublas_workspace_ = alloc(kCublasWorkspaceBytes);
+    GQ_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.data(), kCublasWorkspaceBytes));
+    GQ_CUBLAS_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST));
+  }
+  ~CudaCompute() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    cublas_workspace_.reset();
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::kCUDA; }
+  int device_id() const override { return device_id_; }
+  DType act_dtype() const override { return DType::kBF16; }
+  void* stream() const override { return stream_; }
+  bool supports_graphs() const override { return true; }
+
+  DeviceBuffer alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(detail::concat("cuda compute: cannot allocate ", bytes, " bytes (", double(bytes) / (1 << 30),
+                                 " GiB; ", double(free_bytes()) / (1 << 30), " GiB free): ", cudaGetErrorString(status)));
+    }
+    return DeviceBuffer(p, bytes, [](void* q) { cudaFree(q); });
+  }
+  size_t free_bytes() const override {
+    size_t free = 0, total = 0;
+    GQ_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) GQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) GQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  void synchronize() override { GQ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  double measure_read_bandwidth_gbps() override {
+    DeviceBuffer buf = alloc(kBandwidthBytes);
+    DeviceBuffer sink = alloc(sizeof(unsigned));
+    GQ_CUDA_CHECK(cudaMemsetAsync(buf.data(), 1, kBandwidthBytes, stream_));
+    cudaEvent_t start, stop;
+    GQ_CUDA_CHECK(cudaEventCreate(&start));
+    GQ_CUDA_CHECK(cudaEventCreate(&stop));
+    const int64_t words = int64_t(kBandwidthBytes / sizeof(uint4));
+    const unsigned blocks = unsigned(num_sms_) * 8;
+    std::vector<float> ms;
+    for (int r = 0; r <= kBandwidthReps; ++r) {  // the first pass warms up
+      GQ_CUDA_CHECK(cudaEventRecord(start, stream_));
+      read_kernel<<<blocks, 512, 0, stream_>>>(static_cast<const uint4*>(buf.data()), words,
+                                               static_cast<unsigned*>(sink.data()));
+      GQ_CUDA_CHECK(cudaGetLastError());
+      GQ_CUDA_CHECK(cudaEventRecord(stop, stream_));
+      GQ_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0;
+      GQ_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      if (r > 0) ms.push_back(t);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::sort(ms.begin(), ms.end());
+    return double(kBandwidthBytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9;
+  }
+
+  void fill_random(const TensorView& t, uint64_t seed, uint64_t tensor_id, float half_width) override {
+    check_bf16(t, "fill_random");
+    GQ_CHECK(t.is_contiguous(), "fill_random: needs a contiguous tensor");
+    fill_random_kernel<<<grid_for(t.numel()), kThreads, 0, stream_>>>(t.ptr<uint16_t>(), t.numel(), seed, tensor_id,
+                                                                       half_width);
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+  void fill(const TensorView& t, float value) override {
+    GQ_CHECK(t.is_contiguous(), "fill: needs a contiguous tensor");
+    if (t.dtype == DType::kBF16) {
+      fill_bf16_kernel<<<grid_for(t.numel()), kThreads, 0, stream_>>>(t.ptr<uint16_t>(), t.numel(), value);
+    } else {
+      GQ_CHECK(t.dtype == DType::kFP32, "fill: bf16 or fp32, got ", t.describe());
+      fill_fp32_kernel<<<grid_for(t.numel()), kThreads, 0, stream_>>>(t.ptr<float>(), t.numel(), value);
+    }
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void embed(const TensorView& token_ids, const TensorView& table, const TensorView& residual) override {
+    check_bf16(table, "embedding table");
+    const int n = int(token_ids.shape[0]);
+    if (n == 0) return;
+    embed_kernel<<<n, kThreads, 0, stream_>>>(token_ids.ptr<int32_t>(), table.ptr<uint16_t>(), table.strides[0],
+                                              int(table.shape[0]), int(table.shape[1]), residual.ptr<float>(),
+                                              residual.strides[0]);
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void add_rmsnorm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
+                   const TensorView& out) override {
+    GQ_CHECK(residual.dtype == DType::kFP32, "add_rmsnorm: residual must be fp32, got ", residual.describe());
+    check_bf16(out, "add_rmsnorm out");
+    if (delta.defined()) check_bf16(delta, "add_rmsnorm delta");
+    const int n = int(residual.shape[0]);
+    if (n == 0) return;
+    add_rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(residual.ptr<float>(), residual.strides[0],
+                                                    delta.defined() ? delta.ptr<uint16_t>() : nullptr,
+                                                    delta.defined() ? delta.strides[0] : 0, weight.ptr<uint16_t>(), eps,
+                                                    out.ptr<uint16_t>(), out.strides[0], int(residual.shape[1]));
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void gemm(const TensorView& x, const TensorView& w, const TensorView& y) override {
+    check_bf16(x, "gemm x");
+    check_bf16(w, "gemm w");
+    GQ_CHECK(x.shape[1] == w.shape[1] && y.shape[1] == w.shape[0] && y.shape[0] == x.shape[0],
+             "gemm: x ", x.describe(), " . w ", w.describe(), "^T -> y ", y.describe());
+    const int n = int(x.shape[0]), m = int(w.shape[0]), k = int(w.shape[1]);
+    if (n == 0) return;
+    const float alpha = 1.f, beta = 0.f;
+    // Row-major y[n, m] = x[n, k] w[m, k]^T is column-major y^T[m, n] = w^T^T . x^T.
+    GQ_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_16BF,
+                                 int(w.strides[0]), x.data, CUDA_R_16BF, int(x.strides[0]), &beta, y.data,
+                                 cuda_type(y.dtype), int(y.strides[0]), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  void rope(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq) override {
+    check_bf16(q, "rope q");
+    check_bf16(k, "rope k");
+    GQ_CHECK(q.strides[1] == q.shape[2] && k.strides[1] == k.shape[2], "rope: heads must be packed rows");
+    const int n = int(q.shape[0]);
+    if (n == 0) return;
+    rope_kernel<<<n, kThreads, 0, stream_>>>(q.ptr<uint16_t>(), q.strides[0], int(q.shape[1]), k.ptr<uint16_t>(),
+                                             k.strides[0], int(k.shape[1]), int(q.shape[2]),
+                                             positions.ptr<int32_t>(), inv_freq.ptr<float>());
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void swiglu(const TensorView& gate_up, const TensorView& out) override {
+    check_bf16(gate_up, "swiglu input");
+    check_bf16(out, "swiglu output");
+    const int n = int(out.shape[0]), f = int(out.shape[1]);
+    if (n == 0) return;
+    swiglu_kernel<<<grid_for(int64_t(n) * f), kThreads, 0, stream_>>>(gate_up.ptr<uint16_t>(), gate_up.strides[0],
+                                                                       out.ptr<uint16_t>(), out.strides[0], n, f);
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) override {
+    const int m = int(rows.shape[0]), cols = int(x.shape[1]);
+    if (m == 0) return;
+    if (x.dtype == DType::kFP32) {
+      gather_rows_kernel<float><<<m, kThreads, 0, stream_>>>(x.ptr<float>(), x.strides[0], rows.ptr<int32_t>(),
+                                                             out.ptr<float>(), out.strides[0], cols);
+    } else {
+      gather_rows_kernel<uint16_t><<<m, kThreads, 0, stream_>>>(x.ptr<uint16_t>(), x.strides[0], rows.ptr<int32_t>(),
+                                                                out.ptr<uint16_t>(), out.strides[0], cols);
+    }
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void argmax(const TensorView& logits, const TensorView& tokens) override {
+    GQ_CHECK(logits.dtype == DType::kFP32, "argmax: logits must be fp32, got ", logits.describe());
+    const int m = int(logits.shape[0]);
+    if (m == 0) return;
+    argmax_kernel<<<m, kArgmaxThreads, 0, stream_>>>(logits.ptr<float>(), logits.strides[0], int(logits.shape[1]),
+                                                     tokens.ptr<int32_t>());
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void expand_kv_pages(const PagedKV& kv, int batch, const TensorView& dst_k, const TensorView& dst_v) override {
+    check_bf16(dst_k, "expand dst_k");
+    check_bf16(dst_v, "expand dst_v");
+    ExpandParams p;
+    p.k_src = static_cast<const char*>(kv.k_pages.data);
+    p.v_src = static_cast<const char*>(kv.v_pages.data);
+    p.page_stride = kv.page_stride();
+    p.token_stride = kv.token_stride();
+    p.head_stride = kv.head_stride();
+    p.kv_page_indptr = kv.kv_page_indptr.ptr<const int32_t>();
+    p.kv_page_indices = kv.kv_page_indices.ptr<const int32_t>();
+    p.batch = batch;
+    p.k_dst = static_cast<char*>(dst_k.data);
+    p.v_dst = static_cast<char*>(dst_v.data);
+    p.page_size = int(dst_k.shape[1]);
+    p.qo_heads = int(dst_k.shape[2]);
+    p.group_size = int(dst_k.shape[2] / kv.num_kv_heads());
+    p.elem_bytes = int(dtype_size(dst_k.dtype));
+    p.row_bytes = int(dst_k.shape[3]) * p.elem_bytes;
+    p.capacity_pages = dst_k.shape[0];
+    GQ_CHECK(p.row_bytes % 16 == 0, "expand_kv_pages: head_dim rows must be a multiple of 16 bytes");
+    expand_kv_pages_kernel<<<unsigned(num_sms_) * 8, kThreads, 0, stream_>>>(p);
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void run_graph(int key, const std::function<void()>& body) override {
+    const auto it = graphs_.find(key);
+    if (it != graphs_.end()) {
+      GQ_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      return;
+    }
+    // The first step of a key runs eagerly (cuBLAS and lazily loaded kernels initialise outside
+    // any capture, as PyTorch's warm-up does), then is captured, not executed, for the next ones.
+    body();
+    if (graphs_failed_) return;
+    try {
+      graphs_.emplace(key, capture(body));
+    } catch (const Error& e) {
+      // The step itself already ran; later steps run eagerly, and say so once.
+      graphs_failed_ = true;
+      std::fprintf(stderr, "gqattn engine: CUDA graph capture failed, decode steps run eagerly: %s\n", e.what());
+    }
+  }
+  int num_graphs() const override { return int(graphs_.size()); }
+
+ private:
+  cudaGraphExec_t capture(const std::function<void()>& body) {
+    GQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    GQ_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    GQ_CUDA_CHECK(status);
+    return exec;
+  }
+
+  int device_id_ = 0;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer cublas_workspace_;
+  std::map<int, cudaGraphExec_t> graphs_;
+  bool graphs_failed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Compute> make_cuda_compute(int device_id) { return std::make_unique<CudaCompute>(device_id); }
+
+}  // namespace gqattn::engine

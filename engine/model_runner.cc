@@ -1,0 +1,388 @@
+// The forward pass, its buffers, the K/V pool and CUDA-graph bucketing. Layer: engine (host-only).
+#include "model_runner.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "gqattn/error.h"
+
+namespace gqattn::engine {
+
+namespace {
+
+// Decode batches are padded up to one of these sizes, so a few graphs serve every batch size.
+constexpr int kSmallBuckets[] = {1, 2, 4, 8};
+constexpr int kBucketStep = 8;
+
+constexpr double kGiB = double(int64_t(1) << 30);
+
+}  // namespace
+
+struct ModelRunner::Layer {
+  TensorView input_norm, wqkv, wo, post_norm, wgate_up, wdown;
+  LayerCache cache;
+};
+
+// Activations of up to max_tokens_ tokens and the int32 metadata regions of one step.
+struct ModelRunner::Buffers {
+  TensorView residual, normed, qkv, attn, delta, gate_up, mlp;  // [max_tokens, ...]
+  TensorView last_hidden, logits, tokens_out;                    // [max_batch, ...]
+  // int32 regions: sized by capacity, uploaded up to the step's length.
+  TensorView token_ids, positions, batch_indices, sample_rows, kv_page_indptr, kv_last_page_len,
+      prefill_qo_indptr, prefill_kv_page_indptr, kv_page_indices;
+};
+
+ForwardBatch make_forward_batch(const ScheduledBatch& batch, int page_size) {
+  ForwardBatch f;
+  f.qo_indptr = {0};
+  f.kv_page_indptr = {0};
+  const auto add = [&](const Sequence* seq, int64_t start, int64_t len, bool sample) {
+    for (int64_t t = start; t < start + len; ++t) {
+      f.token_ids.push_back(seq->tokens[size_t(t)]);
+      f.positions.push_back(int32_t(t));
+    }
+    f.qo_indptr.push_back(int32_t(f.token_ids.size()));
+    const int64_t kv_len = start + len;
+    const int64_t pages = (kv_len + page_size - 1) / page_size;
+    GQ_CHECK(pages <= int64_t(seq->pages.size()), "forward batch: request ", seq->id, " holds ", seq->pages.size(),
+             " pages but ", kv_len, " tokens need ", pages);
+    f.kv_page_indices.insert(f.kv_page_indices.end(), seq->pages.begin(), seq->pages.begin() + pages);
+    f.kv_page_indptr.push_back(int32_t(f.kv_page_indices.size()));
+    f.kv_len.push_back(int32_t(kv_len));
+    if (sample) f.sample_rows.push_back(int32_t(f.token_ids.size()) - 1);
+  };
+  for (const Sequence* seq : batch.decodes) add(seq, seq->num_computed, 1, true);
+  f.num_decode = int(batch.decodes.size());
+  for (const PrefillChunk& c : batch.prefills) add(c.seq, c.start, c.len, c.start + c.len == c.seq->num_tokens());
+  return f;
+}
+
+ModelRunner::ModelRunner(std::unique_ptr<Compute> compute, const RunnerConfig& config)
+    : config_(config), compute_(std::move(compute)) {
+  const ModelConfig& m = config_.model;
+  validate(m);
+  GQ_CHECK(config_.page_size >= 1, "--page-size: must be >= 1, got ", config_.page_size);
+  GQ_CHECK(config_.max_num_seqs >= 1, "--max-num-seqs: must be >= 1, got ", config_.max_num_seqs);
+  GQ_CHECK(config_.max_num_batched_tokens >= config_.max_num_seqs, "--max-num-batched-tokens (",
+           config_.max_num_batched_tokens, ") must be >= max_num_seqs (", config_.max_num_seqs, ")");
+  GQ_CHECK(config_.kv_pool_gib >= 0, "--kv-pool-gib: must be > 0, got ", config_.kv_pool_gib);
+  max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : m.max_position;
+
+  const bool graphs = config_.cuda_graph && compute_->supports_graphs();
+  if (graphs) {
+    for (int b : kSmallBuckets) buckets_.push_back(b);
+    while (buckets_.back() < config_.max_num_seqs) buckets_.push_back(buckets_.back() + kBucketStep);
+  }
+  max_batch_ = graphs ? std::max(buckets_.back(), config_.max_num_seqs) : config_.max_num_seqs;
+  max_tokens_ = std::max(config_.max_num_batched_tokens, max_batch_);
+  max_step_pages_ = int64_t(max_batch_) * ((max_model_len_ + config_.page_size - 1) / config_.page_size);
+  GQ_CHECK(max_step_pages_ <= INT32_MAX, "max_num_seqs x max_model_len: too many pages per step");
+
+  allocate_weights();
+  materialize_weights();
+  allocate_buffers();
+  AttentionContext ctx;
+  ctx.compute = compute_.get();
+  ctx.num_qo_heads = m.num_qo_heads;
+  ctx.num_kv_heads = m.num_kv_heads;
+  ctx.head_dim = m.head_dim;
+  ctx.page_size = config_.page_size;
+  ctx.max_step_pages = max_step_pages_;
+  attention_ = make_attention_backend(config_.attention, ctx);
+  allocate_pool();
+  compute_->synchronize();
+}
+
+ModelRunner::~ModelRunner() = default;
+
+void ModelRunner::allocate_weights() {
+  const ModelConfig& m = config_.model;
+  Compute& c = *compute_;
+  const auto tensor = [&](std::initializer_list<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    memory_.push_back(c.alloc(size_t(n) * 2));
+    return view_of(memory_.back().data(), shape, DType::kBF16, c);
+  };
+  const int64_t h = m.hidden_size, f = m.intermediate_size;
+  embed_ = tensor({m.vocab_size, h});
+  for (int l = 0; l < m.num_layers; ++l) {
+    auto layer = std::make_unique<Layer>();
+    layer->input_norm = tensor({h});
+    layer->wqkv = tensor({m.qkv_size(), h});
+    layer->wo = tensor({h, m.q_size()});
+    layer->post_norm = tensor({h});
+    layer->wgate_up = tensor({2 * f, h});
+    layer->wdown = tensor({h, f});
+    layers_.push_back(std::move(layer));
+  }
+  final_norm_ = tensor({h});
+  lm_head_ = tensor({m.vocab_size, h});
+  weight_bytes_ = m.streamed_weight_bytes(2);
+}
+
+void ModelRunner::materialize_weights() {
+  const ModelConfig& m = config_.model;
+  // Where each Hugging Face tensor lives: q/k/v are row blocks of the fused QKV weight, gate/up
+  // of the fused gate-up weight.
+  std::map<std::string, TensorView> target;
+  target["model.embed_tokens.weight"] = embed_;
+  for (int l = 0; l < m.num_layers; ++l) {
+    const Layer& L = *layers_[size_t(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const int64_t q = m.q_size(), kv = m.kv_size(), f = m.intermediate_size;
+    target[p + "input_layernorm.weight"] = L.input_norm;
+    target[p + "self_attn.q_proj.weight"] = slice_rows(L.wqkv, 0, q);
+    target[p + "self_attn.k_proj.weight"] = slice_rows(L.wqkv, q, q + kv);
+    target[p + "self_attn.v_proj.weight"] = slice_rows(L.wqkv, q + kv, q + 2 * kv);
+    target[p + "self_attn.o_proj.weight"] = L.wo;
+    target[p + "post_attention_layernorm.weight"] = L.post_norm;
+    target[p + "mlp.gate_proj.weight"] = slice_rows(L.wgate_up, 0, f);
+    target[p + "mlp.up_proj.weight"] = slice_rows(L.wgate_up, f, 2 * f);
+    target[p + "mlp.down_proj.weight"] = L.wdown;
+  }
+  target["model.norm.weight"] = final_norm_;
+  target["lm_head.weight"] = lm_head_;
+
+  const std::vector<WeightSpec> specs = weight_specs(m);
+  HostWeights host;
+  if (!config_.weights.random()) host = load_weights(m, config_.weights.path);
+  for (size_t id = 0; id < specs.size(); ++id) {
+    const WeightSpec& s = specs[id];
+    const TensorView& t = target.at(s.name);
+    GQ_CHECK(t.numel() == s.numel(), "model runner: '", s.name, "' placement holds ", t.numel(), " values, expected ",
+             s.numel());
+    if (!config_.weights.random()) {
+      compute_->upload(t.data, host.at(s.name).data(), size_t(s.numel()) * 2);
+    } else if (s.init_std == 0.f) {
+      compute_->fill(t, 1.f);
+    } else {
+      compute_->fill_random(t, config_.weights.seed, id, s.half_width());
+    }
+  }
+  compute_->synchronize();  // the host copies may go now
+}
+
+void ModelRunner::allocate_buffers() {
+  const ModelConfig& m = config_.model;
+  Compute& c = *compute_;
+  const DType act = c.act_dtype();
+  auto buf = std::make_unique<Buffers>();
+  const auto tensor = [&](std::initializer_list<int64_t> shape, DType dtype) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    memory_.push_back(c.alloc(size_t(n) * dtype_size(dtype)));
+    return view_of(memory_.back().data(), shape, dtype, c);
+  };
+  const int64_t t = max_tokens_, s = max_batch_, h = m.hidden_size, f = m.intermediate_size;
+  buf->residual = tensor({t, h}, DType::kFP32);
+  buf->normed = tensor({t, h}, act);
+  buf->qkv = tensor({t, m.qkv_size()}, act);
+  buf->attn = tensor({t, m.q_size()}, act);
+  buf->delta = tensor({t, h}, act);
+  buf->gate_up = tensor({t, 2 * f}, act);
+  buf->mlp = tensor({t, f}, act);
+  buf->last_hidden = tensor({s, h}, act);
+  buf->logits = tensor({s, m.vocab_size}, DType::kFP32);
+  buf->tokens_out = tensor({s}, DType::kInt32);
+  buf->token_ids = tensor({t}, DType::kInt32);
+  buf->positions = tensor({t}, DType::kInt32);
+  buf->batch_indices = tensor({t}, DType::kInt32);
+  buf->sample_rows = tensor({s}, DType::kInt32);
+  buf->kv_page_indptr = tensor({s + 1}, DType::kInt32);
+  buf->kv_last_page_len = tensor({s}, DType::kInt32);
+  buf->prefill_qo_indptr = tensor({s + 1}, DType::kInt32);
+  buf->prefill_kv_page_indptr = tensor({s + 1}, DType::kInt32);
+  buf->kv_page_indices = tensor({max_step_pages_}, DType::kInt32);
+
+  const std::vector<double> inv_freq = rope_inv_freq(m);
+  std::vector<float> inv_freq_f(inv_freq.begin(), inv_freq.end());
+  inv_freq_ = tensor({int64_t(inv_freq_f.size())}, DType::kFP32);
+  c.upload(inv_freq_.data, inv_freq_f.data(), inv_freq_f.size() * sizeof(float));
+  c.synchronize();
+  buf_ = std::move(buf);
+}
+
+void ModelRunner::allocate_pool() {
+  const ModelConfig& m = config_.model;
+  Compute& c = *compute_;
+  const DType act = c.act_dtype();
+  const int64_t page_elems = int64_t(config_.page_size) * m.num_kv_heads * m.head_dim;
+  page_bytes_ = 2 * int64_t(m.num_layers) * page_elems * int64_t(dtype_size(act));
+  int64_t pages = 0;
+  const bool cuda = c.device() == Device::kCUDA;
+  const int64_t free = cuda ? int64_t(c.free_bytes()) : INT64_MAX;
+  const int64_t usable = cuda ? free - kCudaMemoryMarginBytes : INT64_MAX;
+  if (config_.num_pages > 0) {
+    pages = config_.num_pages;
+  } else if (config_.kv_pool_gib > 0) {
+    const int64_t bytes = int64_t(config_.kv_pool_gib * kGiB);
+    GQ_CHECK(bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib, " GiB does not fit: ", double(free) / kGiB,
+             " GiB of device memory are free after the weights (", double(weight_bytes_) / kGiB,
+             " GiB) and buffers, of which ", double(kCudaMemoryMarginBytes) / kGiB,
+             " GiB stay free for the runtime; at most ", std::max(0.0, double(usable) / kGiB), " GiB");
+    pages = bytes / page_bytes_;
+  } else {
+    // Room for every request at its longest at once, within what the device leaves.
+    const int64_t wanted = int64_t(config_.max_num_seqs) * ((max_model_len_ + config_.page_size - 1) / config_.page_size);
+    pages = std::min(wanted, (cuda ? usable : kDefaultCpuPoolBytes) / page_bytes_);
+  }
+  pages = std::min<int64_t>(pages, INT32_MAX);
+  GQ_CHECK(pages >= 1, "--kv-pool-gib: the K/V pool holds no page (one page of ", config_.page_size, " tokens is ",
+           page_bytes_, " bytes over ", m.num_layers, " layers",
+           cuda ? detail::concat("; ", double(free) / kGiB, " GiB free") : "", ")");
+  GQ_CHECK(pages * page_bytes_ <= usable, "--kv-pool-gib: ", pages, " pages (", double(pages * page_bytes_) / kGiB,
+           " GiB) do not fit in ", double(std::max<int64_t>(usable, 0)) / kGiB, " GiB of free device memory");
+  num_pages_ = int(pages);
+  memory_.push_back(c.alloc(size_t(pages * page_bytes_)));
+  char* base = static_cast<char*>(memory_.back().data());
+  const int64_t pool_bytes = pages * page_elems * int64_t(dtype_size(act));
+  for (int l = 0; l < m.num_layers; ++l) {
+    Layer& L = *layers_[size_t(l)];
+    const auto pool = [&](int64_t index) {
+      return view_of(base + index * pool_bytes, {pages, config_.page_size, m.num_kv_heads, m.head_dim}, act, c);
+    };
+    L.cache.k_pages = pool(2 * l);
+    L.cache.v_pages = pool(2 * l + 1);
+  }
+}
+
+int ModelRunner::graph_bucket(int batch) const {
+  for (int b : buckets_)
+    if (b >= batch) return b;
+  return -1;
+}
+
+AttentionMetadata ModelRunner::upload_metadata(const ForwardBatch& b, bool cuda_graph) {
+  const int batch = b.batch(), n = b.num_tokens(), nd = b.num_decode;
+  const int64_t pages = int64_t(b.kv_page_indices.size());
+  GQ_CHECK(batch >= 1 && n >= 1, "forward: empty batch");
+  GQ_CHECK(n <= max_tokens_, "forward: ", n, " tokens exceed the step capacity (", max_tokens_, ")");
+  GQ_CHECK(batch <= max_batch_, "forward: ", batch, " requests exceed max_num_seqs (", max_batch_, ")");
+  GQ_CHECK(pages <= max_step_pages_, "forward: ", pages, " pages exceed the step capacity (", max_step_pages_, ")");
+  GQ_CHECK(int64_t(b.sample_rows.size()) <= max_batch_, "forward: too many sample rows");
+  GQ_CHECK(int(b.positions.size()) == n && int(b.kv_len.size()) == batch && int(b.kv_page_indptr.size()) == batch + 1 &&
+               b.qo_indptr.back() == n && b.kv_page_indptr.back() == pages && nd >= 0 && nd <= batch,
+           "forward: inconsistent batch");
+  for (int32_t row : b.sample_rows) GQ_CHECK(row >= 0 && row < n, "forward: sample row ", row, " outside [0, ", n, ")");
+
+  AttentionMetadata m;
+  m.num_decode = nd;
+  m.num_prefill = batch - nd;
+  m.num_tokens = n;
+  m.cuda_graph = cuda_graph;
+  m.kv_page_indptr = b.kv_page_indptr;
+  m.kv_page_indices = b.kv_page_indices;
+  std::vector<int32_t> batch_indices(static_cast<size_t>(n));
+  for (int r = 0; r < batch; ++r) {
+    const int32_t qo_len = b.qo_indptr[r + 1] - b.qo_indptr[r];
+    GQ_CHECK(r >= nd || qo_len == 1, "forward: decode request ", r, " has ", qo_len, " tokens");
+    const int32_t page_count = b.kv_page_indptr[r + 1] - b.kv_page_indptr[r];
+    const int32_t kv_len = b.kv_len[r];
+    GQ_CHECK(page_count == (kv_len + config_.page_size - 1) / config_.page_size && qo_len <= std::max(kv_len, 1),
+             "forward: request ", r, " lists ", page_count, " pages for ", kv_len, " keys and ", qo_len, " new tokens");
+    m.kv_last_page_len.push_back(page_count == 0 ? 0 : kv_len - (page_count - 1) * config_.page_size);
+    std::fill(batch_indices.begin() + b.qo_indptr[r], batch_indices.begin() + b.qo_indptr[r + 1], r);
+  }
+  for (int r = nd; r <= batch; ++r) {
+    m.prefill_qo_indptr.push_back(b.qo_indptr[r] - b.qo_indptr[nd]);
+    m.prefill_kv_page_indptr.push_back(b.kv_page_indptr[r] - b.kv_page_indptr[nd]);
+  }
+
+  Compute& c = *compute_;
+  Buffers& B = *buf_;
+  const auto put = [&c](const TensorView& dst, const std::vector<int32_t>& src) {
+    c.upload(dst.data, src.data(), src.size() * sizeof(int32_t));
+    return slice_rows(dst, 0, int64_t(src.size()));
+  };
+  put(B.token_ids, b.token_ids);
+  m.positions_d = put(B.positions, b.positions);
+  m.batch_indices_d = put(B.batch_indices, batch_indices);
+  put(B.sample_rows, b.sample_rows);
+  m.kv_page_indptr_d = put(B.kv_page_indptr, m.kv_page_indptr);
+  m.kv_last_page_len_d = put(B.kv_last_page_len, m.kv_last_page_len);
+  m.prefill_qo_indptr_d = put(B.prefill_qo_indptr, m.prefill_qo_indptr);
+  m.prefill_kv_page_indptr_d = put(B.prefill_kv_page_indptr, m.prefill_kv_page_indptr);
+  put(B.kv_page_indices, m.kv_page_indices);
+  // The whole region: plans are checked against it, and a graph replays with other page counts.
+  m.kv_page_indices_d = B.kv_page_indices;
+  return m;
+}
+
+void ModelRunner::run_model(const AttentionMetadata& meta, int num_samples) {
+  const ModelConfig& m = config_.model;
+  Compute& c = *compute_;
+  const Buffers& B = *buf_;
+  const int n = meta.num_tokens;
+  const float eps = float(m.rms_norm_eps);
+  const TensorView residual = slice_rows(B.residual, 0, n), normed = slice_rows(B.normed, 0, n),
+                   qkv = slice_rows(B.qkv, 0, n), attn = slice_rows(B.attn, 0, n), delta = slice_rows(B.delta, 0, n),
+                   gate_up = slice_rows(B.gate_up, 0, n), mlp = slice_rows(B.mlp, 0, n);
+  const TensorView q = head_view(qkv, 0, m.num_qo_heads, m.head_dim);
+  const TensorView k = head_view(qkv, m.q_size(), m.num_kv_heads, m.head_dim);
+  const TensorView v = head_view(qkv, m.q_size() + m.kv_size(), m.num_kv_heads, m.head_dim);
+  const TensorView o = head_view(attn, 0, m.num_qo_heads, m.head_dim);
+
+  c.embed(slice_rows(B.token_ids, 0, n), embed_, residual);
+  TensorView pending;  // the last block's output, not yet added to the residual stream
+  for (const auto& layer : layers_) {
+    const Layer& L = *layer;
+    c.add_rmsnorm(residual, pending, L.input_norm, eps, normed);
+    c.gemm(normed, L.wqkv, qkv);
+    c.rope(q, k, meta.positions_d, inv_freq_);
+    attention_->forward(L.cache, q, k, v, o, meta);
+    c.gemm(attn, L.wo, delta);
+    c.add_rmsnorm(residual, delta, L.post_norm, eps, normed);
+    c.gemm(normed, L.wgate_up, gate_up);
+    c.swiglu(gate_up, mlp);
+    c.gemm(mlp, L.wdown, delta);
+    pending = delta;
+  }
+  c.add_rmsnorm(residual, pending, final_norm_, eps, normed);
+  const TensorView last = slice_rows(B.last_hidden, 0, num_samples);
+  const TensorView logits = slice_rows(B.logits, 0, num_samples);
+  c.gather_rows(normed, slice_rows(B.sample_rows, 0, num_samples), last);
+  c.gemm(last, lm_head_, logits);
+  c.argmax(logits, slice_rows(B.tokens_out, 0, num_samples));
+}
+
+void ModelRunner::forward(const ForwardBatch& batch) {
+  const int bucket = batch.num_decode == batch.batch() ? graph_bucket(batch.batch()) : -1;
+  if (bucket < 0) {
+    const AttentionMetadata meta = upload_metadata(batch, false);
+    attention_->plan(meta);
+    run_model(meta, int(batch.sample_rows.size()));
+  } else {
+    // Pad to the bucket with requests that own no page: their K/V writes are skipped and their
+    // attention sees no key.
+    ForwardBatch padded = batch;
+    for (int r = batch.batch(); r < bucket; ++r) {
+      padded.token_ids.push_back(0);
+      padded.positions.push_back(0);
+      padded.qo_indptr.push_back(padded.qo_indptr.back() + 1);
+      padded.kv_len.push_back(0);
+      padded.kv_page_indptr.push_back(padded.kv_page_indptr.back());
+      padded.sample_rows.push_back(padded.num_tokens() - 1);
+    }
+    padded.num_decode = bucket;
+    const AttentionMetadata meta = upload_metadata(padded, true);
+    attention_->plan(meta);
+    compute_->run_graph(bucket, [&] { run_model(meta, bucket); });
+  }
+  last_num_samples_ = int(batch.sample_rows.size());
+}
+
+std::vector<float> ModelRunner::logits() {
+  std::vector<float> out(size_t(last_num_samples_) * config_.model.vocab_size);
+  compute_->download(out.data(), buf_->logits.data, out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<int32_t> ModelRunner::greedy_tokens() {
+  std::vector<int32_t> out(static_cast<size_t>(last_num_samples_));
+  compute_->download(out.data(), buf_->tokens_out.data, out.size() * sizeof(int32_t));
+  return out;
+}
+
+}  // namespace gqattn::engine

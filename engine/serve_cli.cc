@@ -1,0 +1,452 @@
+// gqattn-serve: the serving engine's CLI. `bench` runs the end-to-end latency table of
+// ../shared/BENCHMARKS.md ("End to end": N requests x (prompt + generated tokens), all admitted at
+// once when the page pool allows) and reports time against the memory-traffic floor; `generate`
+// prints the tokens one prompt produces. Layer: engine (host-only CLI).
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "engine.h"
+#include "gqattn/attention.h"
+#include "gqattn/error.h"
+#include "random.h"
+
+namespace gqattn::engine {
+namespace {
+
+constexpr const char* kCsvHeader =
+    "model,num_kv_heads,attention,requests,prompt_len,output_len,kv_pool_gib,seconds,output_tokens_per_s,"
+    "mean_step_ms,floor_s,ratio_to_floor,status";
+// The CPU path runs plain loops: larger models would take hours.
+constexpr int64_t kCpuMaxParams = int64_t(1) << 30;
+// Without flags, the CPU bench runs this (the GPU one runs the BENCHMARKS.md table's shape).
+constexpr int kCpuRequests = 4, kCpuPromptLen = 8, kCpuOutputLen = 16;
+constexpr int kDefaultBatchedTokens = 8192;
+constexpr double kProgressSeconds = 0.25;
+constexpr double kGiB = double(int64_t(1) << 30);
+// Random prompts draw their tokens from this stream of random.h.
+constexpr uint64_t kPromptStream = 0x70726f6d7074ull;
+
+constexpr const char* kUsage = R"(gqattn-serve: a Llama-architecture serving engine on gqattn's paged KV cache.
+
+Usage:
+  gqattn-serve bench [flags]      the end-to-end latency table: requests x (prompt + output)
+  gqattn-serve generate [flags]   one prompt's generated token ids
+  gqattn-serve --help
+
+bench flags:
+  --model llama2-7b|llama3-8b|tiny   (default llama2-7b on a GPU, tiny on the CPU)
+  --num-kv-heads N           override the model's K/V heads (32, 8, 1: must divide its query heads)
+  --requests N               (default 128; 4 on the CPU)
+  --prompt-len N             prompt tokens per request (default 32; 8 on the CPU)
+  --output-len N             generated tokens per request (default 992; 16 on the CPU)
+  --kv-pool-gib X            K/V pool size (default: room for every request at full length,
+                             within free device memory)
+  --attention gqattn|expand  attention backend (default gqattn)
+  --bandwidth-gbps X         read bandwidth for the floor (default: measured by a streaming read)
+  --csv PATH                 append the result row (BENCHMARKS.md e2e columns) to PATH
+  --max-num-seqs N           running requests at most (default: --requests)
+  --max-num-batched-tokens N tokens per step (default max(8192, max-num-seqs))
+generate flags:
+  --model NAME               (default tiny)
+  --prompt 1,2,3             prompt token ids (required)
+  --max-new-tokens N         (default 16)
+  --temperature X --top-k N --top-p X   sampling (default greedy)
+common flags:
+  --device auto|cpu|cuda     (auto: cuda when a GPU is usable)
+  --seed N                   weights, prompts and sampling (default 0)
+  --weights PATH             a safetensors file or directory in the Hugging Face Llama layout
+                             (default: random bf16 weights)
+  --page-size N              tokens per K/V page (default 16)
+  --cuda-graph 0|1           capture decode steps in CUDA graphs (default 1)
+  --prefix-caching 0|1       share cached pages of identical prompt prefixes (default 0)
+
+Flags also take the --flag=value form. Exit code 0 on success, 2 on a bad flag, 1 when the
+configuration is impossible or the run fails.
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+struct Options {
+  std::string command;
+  std::string model;
+  int num_kv_heads = 0;
+  int requests = 128, prompt_len = 32, output_len = 992;
+  bool size_given = false;
+  double kv_pool_gib = 0;
+  std::string attention = "gqattn";
+  std::string device = "auto";
+  std::string csv;
+  uint64_t seed = 0;
+  std::string weights;
+  int page_size = 16;
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+  double bandwidth_gbps = 0;
+  bool cuda_graph = true;
+  bool prefix_caching = false;
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 16;
+  float temperature = 0.f;
+  int top_k = 0;
+  float top_p = 1.f;
+};
+
+int64_t parse_int64(const std::string& flag, const std::string& value, int64_t lo, int64_t hi) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) throw UsageError{flag + ": expected an integer, got '" + value + "'"};
+  if (v < lo || v > hi)
+    throw UsageError{flag + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + value};
+  return v;
+}
+
+int parse_int(const std::string& flag, const std::string& value, int lo = 1) {
+  return int(parse_int64(flag, value, lo, INT32_MAX));
+}
+
+double parse_double(const std::string& flag, const std::string& value, double lo) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || !std::isfinite(v))
+    throw UsageError{flag + ": expected a number, got '" + value + "'"};
+  if (v < lo) throw UsageError{flag + ": must be >= " + std::to_string(lo) + ", got " + value};
+  return v;
+}
+
+bool parse_bool01(const std::string& flag, const std::string& value) {
+  if (value == "0" || value == "1") return value == "1";
+  throw UsageError{flag + ": expected 0 or 1, got '" + value + "'"};
+}
+
+std::string parse_choice(const std::string& flag, const std::string& value, const std::vector<std::string>& choices) {
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
+  std::string all;
+  for (const auto& c : choices) all += (all.empty() ? "" : "|") + c;
+  throw UsageError{flag + ": expected " + all + ", got '" + value + "'"};
+}
+
+std::vector<int32_t> parse_token_list(const std::string& flag, const std::string& value) {
+  std::vector<int32_t> out;
+  std::istringstream is(value);
+  std::string item;
+  while (std::getline(is, item, ',')) out.push_back(int32_t(parse_int64(flag, item, 0, INT32_MAX)));
+  if (out.empty()) throw UsageError{flag + ": expected comma-separated token ids, got '" + value + "'"};
+  return out;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options opt;
+  if (argc < 2) throw UsageError{"missing command (bench or generate)"};
+  opt.command = argv[1];
+  if (opt.command == "--help" || opt.command == "-h") return opt;
+  if (opt.command != "bench" && opt.command != "generate")
+    throw UsageError{"unknown command '" + opt.command + "' (expected bench or generate)"};
+  static const std::vector<std::string> kCommon = {"--device", "--seed", "--weights", "--page-size", "--cuda-graph",
+                                                   "--prefix-caching", "--model", "--num-kv-heads", "--attention"};
+  static const std::vector<std::string> kBench = {"--requests", "--prompt-len", "--output-len", "--kv-pool-gib",
+                                                  "--csv", "--max-num-seqs", "--max-num-batched-tokens",
+                                                  "--bandwidth-gbps"};
+  static const std::vector<std::string> kGenerate = {"--prompt", "--max-new-tokens", "--temperature", "--top-k",
+                                                     "--top-p"};
+  const std::vector<std::string>& own = opt.command == "bench" ? kBench : kGenerate;
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string value;
+    bool has_value = false;
+    const size_t eq = flag.find('=');
+    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (flag == "--help" || flag == "-h") {
+      opt.command = "--help";
+      return opt;
+    }
+    const bool known = std::find(kCommon.begin(), kCommon.end(), flag) != kCommon.end() ||
+                       std::find(own.begin(), own.end(), flag) != own.end();
+    if (!known) throw UsageError{"unknown flag '" + flag + "' for " + opt.command};
+    if (!has_value) {
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw UsageError{flag + ": missing value"};
+      value = argv[++i];
+    }
+    if (flag == "--device") opt.device = parse_choice(flag, value, {"auto", "cpu", "cuda"});
+    else if (flag == "--seed") opt.seed = uint64_t(parse_int64(flag, value, 0, INT64_MAX));
+    else if (flag == "--weights") opt.weights = value;
+    else if (flag == "--page-size") opt.page_size = parse_int(flag, value);
+    else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
+    else if (flag == "--prefix-caching") opt.prefix_caching = parse_bool01(flag, value);
+    else if (flag == "--model") opt.model = parse_choice(flag, value, model_names());
+    else if (flag == "--num-kv-heads") opt.num_kv_heads = parse_int(flag, value);
+    else if (flag == "--attention") opt.attention = parse_choice(flag, value, attention_backend_names());
+    else if (flag == "--requests") { opt.requests = parse_int(flag, value); opt.size_given = true; }
+    else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value); opt.size_given = true; }
+    else if (flag == "--output-len") { opt.output_len = parse_int(flag, value); opt.size_given = true; }
+    else if (flag == "--kv-pool-gib") {
+      opt.kv_pool_gib = parse_double(flag, value, 0);
+      if (opt.kv_pool_gib <= 0) throw UsageError{"--kv-pool-gib: must be > 0, got " + value};
+    }
+    else if (flag == "--csv") opt.csv = value;
+    else if (flag == "--max-num-seqs") opt.max_num_seqs = parse_int(flag, value);
+    else if (flag == "--max-num-batched-tokens") opt.max_num_batched_tokens = parse_int(flag, value);
+    else if (flag == "--bandwidth-gbps") opt.bandwidth_gbps = parse_double(flag, value, 1e-9);
+    else if (flag == "--prompt") opt.prompt = parse_token_list(flag, value);
+    else if (flag == "--max-new-tokens") opt.max_new_tokens = parse_int(flag, value);
+    else if (flag == "--temperature") opt.temperature = float(parse_double(flag, value, 0));
+    else if (flag == "--top-k") opt.top_k = parse_int(flag, value, 0);
+    else if (flag == "--top-p") {
+      opt.top_p = float(parse_double(flag, value, 0));
+      if (opt.top_p <= 0.f || opt.top_p > 1.f) throw UsageError{"--top-p: must be in (0, 1], got " + value};
+    }
+  }
+  if (opt.command == "generate" && opt.prompt.empty()) throw UsageError{"--prompt: missing (e.g. --prompt 1,2,3)"};
+  return opt;
+}
+
+// "cpu" or "cuda" for --device auto|cpu|cuda.
+std::string resolve_device(const std::string& device) {
+  if (device != "auto") return device;
+  return cuda_device_count() > 0 ? "cuda" : "cpu";
+}
+
+RunnerConfig runner_config(const Options& opt, const ModelConfig& model, const std::string& device) {
+  if (device == "cpu")
+    GQ_CHECK(model.num_params() <= kCpuMaxParams, "--model ", model.name, ": ", double(model.num_params()) / 1e9,
+             "B parameters are too many for the CPU path (plain loops); use --model tiny or --device cuda");
+  RunnerConfig rc;
+  rc.model = model;
+  rc.weights.seed = opt.seed;
+  rc.weights.path = opt.weights;
+  rc.attention = opt.attention;
+  rc.page_size = opt.page_size;
+  rc.kv_pool_gib = opt.kv_pool_gib;
+  rc.cuda_graph = opt.cuda_graph;
+  return rc;
+}
+
+std::string csv_field(std::string s) {
+  std::replace(s.begin(), s.end(), ',', ';');
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+void append_csv(const std::string& path, const std::string& row) {
+  bool need_header = true;
+  {
+    std::ifstream in(path);
+    need_header = !in.good() || in.peek() == std::ifstream::traits_type::eof();
+  }
+  std::ofstream out(path, std::ios::app);
+  GQ_CHECK(out.good(), "--csv: cannot write '", path, "'");
+  if (need_header) out << kCsvHeader << '\n';
+  out << row << '\n';
+  GQ_CHECK(out.good(), "--csv: failed writing '", path, "'");
+}
+
+std::string fmt(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+void print_progress(int64_t done, int64_t total, double seconds) {
+  constexpr int kWidth = 30;
+  const double frac = total > 0 ? double(done) / double(total) : 1.0;
+  const int filled = int(frac * kWidth);
+  std::fprintf(stderr, "\r[%s%s] %3d%% %lld/%lld tokens %.1f s", std::string(size_t(filled), '#').c_str(),
+               std::string(size_t(kWidth - filled), '-').c_str(), int(frac * 100), static_cast<long long>(done),
+               static_cast<long long>(total), seconds);
+  std::fflush(stderr);
+}
+
+struct BenchResult {
+  double seconds = 0, tokens_per_s = 0, mean_step_ms = 0, floor_s = 0, ratio = 0, pool_gib = 0;
+  double mean_step_floor_ms = 0;  // the decode-only steps' floor, averaged
+  int decode_steps = 0;
+  int num_graphs = 0;
+  int64_t preemptions = 0;
+};
+
+BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::string& device) {
+  std::unique_ptr<Compute> compute = make_compute(device);
+  const bool measured = opt.bandwidth_gbps <= 0;
+  const double bandwidth = measured ? compute->measure_read_bandwidth_gbps() : opt.bandwidth_gbps;
+  std::printf("read bandwidth %.0f GB/s (%s)\n", bandwidth, measured ? "measured: streaming read" : "--bandwidth-gbps");
+
+  RunnerConfig rc = runner_config(opt, model, device);
+  rc.max_num_seqs = opt.max_num_seqs > 0 ? opt.max_num_seqs : opt.requests;
+  rc.max_num_batched_tokens = opt.max_num_batched_tokens > 0 ? opt.max_num_batched_tokens
+                                                             : std::max(kDefaultBatchedTokens, rc.max_num_seqs);
+  rc.max_model_len = opt.prompt_len + opt.output_len;
+  std::fflush(stdout);
+  Engine engine(std::make_unique<ModelRunner>(std::move(compute), rc), opt.prefix_caching);
+  ModelRunner& runner = engine.runner();
+  BenchResult r;
+  r.pool_gib = double(runner.kv_pool_bytes()) / kGiB;
+  std::printf("model %s (%d query heads, %d K/V heads, group %d), attention %s, %s, %d requests x (%d prompt + %d "
+              "generated) tokens, page %d, K/V pool %.3g GiB (%d pages), weights %.3g GB\n",
+              model.name.c_str(), model.num_qo_heads, model.num_kv_heads, model.group_size(), opt.attention.c_str(),
+              device.c_str(), opt.requests, opt.prompt_len, opt.output_len, runner.page_size(), r.pool_gib,
+              runner.num_pages(), double(runner.weight_bytes()) / 1e9);
+  std::fflush(stdout);
+
+  SamplingParams params;
+  params.max_new_tokens = opt.output_len;
+  params.ignore_eos = true;
+  for (int i = 0; i < opt.requests; ++i) {
+    std::vector<int32_t> prompt(static_cast<size_t>(opt.prompt_len));
+    for (int t = 0; t < opt.prompt_len; ++t)
+      prompt[size_t(t)] =
+          int32_t(random_bits(opt.seed, kPromptStream + uint64_t(i), uint64_t(t)) % uint64_t(model.vocab_size));
+    engine.add_request(prompt, params);
+  }
+
+  const int64_t kv_bytes_per_token = model.kv_bytes_per_token(int(dtype_size(runner.compute().act_dtype())));
+  const double bytes_per_second = bandwidth * 1e9;
+  const int64_t total_tokens = int64_t(opt.requests) * opt.output_len;
+  int64_t generated = 0;
+  double decode_seconds = 0, decode_floor = 0, last_progress = -1;
+  while (engine.has_unfinished()) {
+    const StepStats s = engine.step();
+    r.seconds += s.seconds;
+    generated += s.num_sampled;
+    r.preemptions += s.num_preempted;
+    const double bytes_read = double(runner.weight_bytes()) + double(s.kv_tokens) * double(kv_bytes_per_token);
+    const double floor = bytes_read / bytes_per_second;
+    r.floor_s += floor;
+    if (s.decode_only()) {
+      decode_seconds += s.seconds;
+      decode_floor += floor;
+      ++r.decode_steps;
+    }
+    if (r.seconds - last_progress >= kProgressSeconds || !engine.has_unfinished()) {
+      print_progress(generated, total_tokens, r.seconds);
+      last_progress = r.seconds;
+    }
+  }
+  std::fprintf(stderr, "\n");
+  r.tokens_per_s = double(generated) / r.seconds;
+  r.mean_step_ms = r.decode_steps > 0 ? decode_seconds / r.decode_steps * 1e3 : 0;
+  r.mean_step_floor_ms = r.decode_steps > 0 ? decode_floor / r.decode_steps * 1e3 : 0;
+  r.ratio = r.seconds / r.floor_s;
+  r.num_graphs = runner.compute().num_graphs();
+  return r;
+}
+
+int bench(const Options& given) {
+  Options opt = given;
+  const std::string device = resolve_device(opt.device);
+  if (opt.model.empty()) opt.model = device == "cpu" ? "tiny" : "llama2-7b";
+  if (device == "cpu" && !opt.size_given) {
+    opt.requests = kCpuRequests;
+    opt.prompt_len = kCpuPromptLen;
+    opt.output_len = kCpuOutputLen;
+    std::printf("no GPU in use: running the %s model on the CPU at a small size (%d requests x (%d + %d) tokens); "
+                "pass --requests/--prompt-len/--output-len to change it\n",
+                opt.model.c_str(), opt.requests, opt.prompt_len, opt.output_len);
+  }
+  const ModelConfig model = model_config(opt.model, opt.num_kv_heads);
+  std::string status = "ok";
+  BenchResult r;
+  try {
+    r = run_bench(opt, model, device);
+  } catch (const Error& e) {
+    status = std::string("error: ") + e.what();
+  }
+  if (status == "ok") {
+    std::printf("total            %.2f s\n", r.seconds);
+    std::printf("output tokens/s  %.0f\n", r.tokens_per_s);
+    std::printf("mean decode step %.3f ms over %d decode-only steps (floor %.3f ms, ratio %.2f)\n", r.mean_step_ms,
+                r.decode_steps, r.mean_step_floor_ms, r.mean_step_floor_ms > 0 ? r.mean_step_ms / r.mean_step_floor_ms : 0);
+    std::printf("floor            %.2f s ((weight bytes + K/V bytes read) / bandwidth, over every step)\n", r.floor_s);
+    std::printf("ratio to floor   %.2f (total / floor)\n", r.ratio);
+    std::printf("preemptions      %lld\n", static_cast<long long>(r.preemptions));
+    std::printf("CUDA graphs      %d captured\n", r.num_graphs);
+  }
+  if (!opt.csv.empty()) {
+    const bool ok = status == "ok";
+    std::ostringstream row;
+    row << model.name << ',' << model.num_kv_heads << ',' << opt.attention << ',' << opt.requests << ','
+        << opt.prompt_len << ',' << opt.output_len << ',' << (ok ? fmt(r.pool_gib, 2) : fmt(opt.kv_pool_gib, 2)) << ','
+        << (ok ? fmt(r.seconds, 3) : "") << ',' << (ok ? fmt(r.tokens_per_s, 1) : "") << ','
+        << (ok ? fmt(r.mean_step_ms, 3) : "") << ',' << (ok ? fmt(r.floor_s, 3) : "") << ','
+        << (ok ? fmt(r.ratio, 3) : "") << ',' << csv_field(status);
+    append_csv(opt.csv, row.str());
+    std::printf("appended a row to %s\n", opt.csv.c_str());
+  }
+  if (status != "ok") throw Error(status.substr(7));
+  return 0;
+}
+
+int generate(const Options& given) {
+  Options opt = given;
+  const std::string device = resolve_device(opt.device);
+  if (opt.model.empty()) opt.model = "tiny";
+  const ModelConfig model = model_config(opt.model, opt.num_kv_heads);
+  RunnerConfig rc = runner_config(opt, model, device);
+  rc.max_num_seqs = 1;
+  rc.max_num_batched_tokens = std::max(kDefaultBatchedTokens, int(opt.prompt.size()));
+  rc.max_model_len = int(opt.prompt.size()) + opt.max_new_tokens;
+  EngineConfig ec;
+  ec.runner = rc;
+  ec.device = device;
+  ec.enable_prefix_caching = opt.prefix_caching;
+  Engine engine(ec);
+  SamplingParams params;
+  params.max_new_tokens = opt.max_new_tokens;
+  params.temperature = opt.temperature;
+  params.top_k = opt.top_k;
+  params.top_p = opt.top_p;
+  params.seed = opt.seed;
+  const std::vector<int32_t> out = engine.generate({opt.prompt}, params)[0];
+  for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace gqattn::engine
+
+int main(int argc, char** argv) {
+  using namespace gqattn::engine;
+  Options opt;
+  try {
+    opt = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "gqattn-serve: %s\nRun gqattn-serve --help for the flags.\n", e.message.c_str());
+    return 2;
+  } catch (const gqattn::Error& e) {
+    std::fprintf(stderr, "gqattn-serve: %s\n", e.what());
+    return 2;
+  }
+  if (opt.command == "--help" || opt.command == "-h") {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  try {
+    return opt.command == "bench" ? bench(opt) : generate(opt);
+  } catch (const gqattn::Error& e) {
+    std::fprintf(stderr, "gqattn-serve: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+// Model presets, parameter and byte counts, and the RoPE frequency table.
+// Layer: tests (label cpu).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "config.h"
+#include "gqattn/error.h"
+
+namespace gqattn::engine {
+namespace {
+
+TEST(ModelConfig, Llama2SevenBHasItsPublishedSize) {
+  const ModelConfig mha = model_config("llama2-7b");
+  EXPECT_EQ(mha.num_params(), 6738415616);  // Hugging Face's count for Llama-2-7b
+  const ModelConfig gqa = model_config("llama2-7b", 8), mqa = model_config("llama2-7b", 1);
+  EXPECT_EQ(gqa.num_kv_heads, 8);
+  EXPECT_EQ(gqa.group_size(), 4);
+  EXPECT_EQ(mha.kv_bytes_per_token(2), 2 * 32 * 4096 * 2);
+  EXPECT_EQ(mqa.kv_bytes_per_token(2), 2 * 32 * 128 * 2);
+  EXPECT_LT(mqa.num_params(), gqa.num_params());
+  EXPECT_EQ(mha.streamed_weight_bytes(2), (mha.num_params() - 32000 * 4096) * 2);
+}
+
+TEST(ModelConfig, Llama3EightBHasItsPublishedSize) {
+  EXPECT_EQ(model_config("llama3-8b").num_params(), 8030261248);
+}
+
+TEST(ModelConfig, RejectsUnknownModelsAndHeadCounts) {
+  EXPECT_THROW(model_config("gpt2"), Error);
+  EXPECT_THROW(model_config("tiny", 3), Error);
+  EXPECT_THROW(model_config("llama2-7b", -2), Error);
+  ModelConfig c = model_config("tiny");
+  c.head_dim = 7;
+  EXPECT_THROW(validate(c), Error);
+}
+
+TEST(ModelConfig, RopeFrequencies) {
+  const ModelConfig c = model_config("llama2-7b");
+  const std::vector<double> f = rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_DOUBLE_EQ(f[0], 1.0);
+  EXPECT_NEAR(f[1], std::pow(10000.0, -2.0 / 128), 1e-15);
+  // Llama-3 keeps high frequencies and divides the lowest by the factor (8).
+  const ModelConfig l3 = model_config("llama3-8b");
+  const std::vector<double> g = rope_inv_freq(l3);
+  EXPECT_DOUBLE_EQ(g[0], 1.0);
+  EXPECT_NEAR(g[63], std::pow(500000.0, -126.0 / 128) / 8, 1e-18);
+}
+
+}  // namespace
+}  // namespace gqattn::engine

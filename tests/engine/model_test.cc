@@ -1,0 +1,201 @@
+// The tiny model on the CPU path: its logits equal a straightforward float64 forward pass (MHA,
+// GQA and MQA; both attention backends; chunked prefill and decode over shuffled pages), and
+// continuous batching (chunked prefill, preemption, prefix caching, sampling) gives each request
+// exactly the tokens it gets when run alone. Layer: tests (label cpu).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+
+#include "engine_test_util.h"
+#include "gqattn/error.h"
+
+namespace gqattn::engine {
+namespace {
+
+struct Case {
+  int num_kv_heads;
+  const char* attention;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.attention << ", " << c.num_kv_heads << " K/V heads"; }
+
+class TinyLogits : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TinyLogits, EqualAFloat64ForwardPass) {
+  const Case c = GetParam();
+  const RunnerConfig rc = test::tiny_runner_config(c.num_kv_heads, c.attention);
+  auto runner = test::make_runner(rc);
+  const test::ReferenceModel ref(rc.model, random_host_weights(rc.model, test::kSeed));
+  // Two requests: a 13-token prompt prefilled in chunks of 5, then 7 decode steps.
+  const auto seqs = test::make_prompts({20, 20}, rc.model.vocab_size, 17);
+  const auto got = test::run_teacher_forced(*runner, seqs, 13, 5);
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const auto want = ref.logits(seqs[b]);
+    ASSERT_EQ(got[b].size(), 3u + 7u);
+    for (const auto& [pos, logits] : got[b]) {
+      double max_err = 0, max_ref = 0;
+      for (size_t v = 0; v < logits.size(); ++v) {
+        max_err = std::max(max_err, std::abs(double(logits[v]) - want[pos][v]));
+        max_ref = std::max(max_ref, std::abs(want[pos][v]));
+      }
+      EXPECT_LT(max_err, 1e-4 * std::max(1.0, max_ref)) << "request " << b << " position " << pos;
+      EXPECT_GT(max_ref, 0.05) << "degenerate logits";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadsAndBackends, TinyLogits,
+                         ::testing::Values(Case{4, "gqattn"}, Case{2, "gqattn"}, Case{1, "gqattn"}, Case{4, "expand"},
+                                           Case{2, "expand"}, Case{1, "expand"}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.attention) + "_kv" + std::to_string(info.param.num_kv_heads);
+                         });
+
+// Each prompt run alone in a fresh engine with ample pages.
+std::vector<std::vector<int32_t>> run_alone(const RunnerConfig& rc, const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<SamplingParams>& params) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Engine engine(test::make_runner(rc));
+    const int64_t id = engine.add_request(prompts[i], params[i]);
+    // Request ids feed the sampler's random stream: give each the id it has in the batched run.
+    EXPECT_EQ(id, 0);
+    engine.run();
+    out.push_back(engine.output(id));
+  }
+  return out;
+}
+
+struct BatchedRun {
+  std::vector<std::vector<int32_t>> outputs;
+  int64_t preemptions = 0;
+  bool mixed_step = false;
+};
+
+BatchedRun run_batched(const RunnerConfig& rc, const std::vector<std::vector<int32_t>>& prompts,
+                       const std::vector<SamplingParams>& params, bool prefix_caching = false) {
+  Engine engine(test::make_runner(rc), prefix_caching);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(engine.add_request(prompts[i], params[i]));
+  BatchedRun r;
+  while (engine.has_unfinished()) {
+    const StepStats s = engine.step();
+    r.preemptions += s.num_preempted;
+    r.mixed_step = r.mixed_step || (s.num_decode > 0 && s.num_prefill > 0);
+  }
+  for (int64_t id : ids) r.outputs.push_back(engine.output(id));
+  EXPECT_EQ(engine.blocks().num_free_pages(), engine.blocks().num_pages());
+  return r;
+}
+
+std::vector<SamplingParams> greedy_params(const std::vector<int>& lengths) {
+  std::vector<SamplingParams> out;
+  for (int n : lengths) {
+    SamplingParams p;
+    p.max_new_tokens = n;
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(ContinuousBatching, GreedyTokensEqualRunningEachRequestAlone) {
+  RunnerConfig rc = test::tiny_runner_config();
+  const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
+  const auto params = greedy_params({20, 8, 25, 12, 30, 16});
+  // A small budget chunks the prefills; 16 pages of 4 tokens force preemptions.
+  RunnerConfig tight = rc;
+  tight.max_num_batched_tokens = 16;
+  tight.num_pages = 16;
+  tight.max_num_seqs = 6;
+  const BatchedRun batched = run_batched(tight, prompts, params);
+  EXPECT_GT(batched.preemptions, 0);
+  EXPECT_TRUE(batched.mixed_step);
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) alone.push_back(run_alone(rc, {prompts[i]}, {params[i]})[0]);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(batched.outputs[i].size(), size_t(params[i].max_new_tokens));
+    EXPECT_EQ(batched.outputs[i], alone[i]) << "request " << i;
+  }
+}
+
+TEST(ContinuousBatching, PrefixCachingSharesPagesWithoutChangingTokens) {
+  RunnerConfig rc = test::tiny_runner_config();
+  auto prompts = test::make_prompts({24, 24, 24}, rc.model.vocab_size, 5);
+  // Requests 1 and 2 share request 0's first 16 and 20 tokens.
+  std::copy(prompts[0].begin(), prompts[0].begin() + 16, prompts[1].begin());
+  std::copy(prompts[0].begin(), prompts[0].begin() + 20, prompts[2].begin());
+  const auto params = greedy_params({6, 6, 6});
+  rc.max_num_batched_tokens = 24;  // one prompt per step: later ones find the earlier pages
+  const BatchedRun plain = run_batched(rc, prompts, params, false);
+  Engine engine(test::make_runner(rc), true);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(engine.add_request(prompts[i], params[i]));
+  engine.step();  // request 0's prompt
+  engine.step();  // request 1 admitted on top of request 0's cached pages
+  int shared = 0;
+  for (int32_t p : engine.sequence(ids[1]).pages) shared += engine.blocks().ref_count(p) > 1;
+  EXPECT_EQ(shared, 4);  // 16 tokens / page_size 4
+  engine.run();
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(engine.output(ids[i]), plain.outputs[i]) << "request " << i;
+}
+
+TEST(ContinuousBatching, SeededSamplingIsIndependentOfBatching) {
+  RunnerConfig rc = test::tiny_runner_config();
+  const auto prompts = test::make_prompts({7}, rc.model.vocab_size, 8);
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.seed = 77;
+  p.max_new_tokens = 12;
+  const auto alone = run_alone(rc, prompts, {p});
+  // The same request as request 0 of a batch with others.
+  auto more = test::make_prompts({7, 11, 5}, rc.model.vocab_size, 8);
+  std::vector<SamplingParams> ps = {p, p, p};
+  const BatchedRun batched = run_batched(rc, more, ps);
+  EXPECT_EQ(batched.outputs[0], alone[0]);
+}
+
+TEST(Engine, RejectsImpossibleRequests) {
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.num_pages = 4;  // 16 tokens
+  rc.max_model_len = 64;
+  Engine engine(test::make_runner(rc));
+  SamplingParams p;
+  p.max_new_tokens = 10;
+  EXPECT_THROW(engine.add_request({}, p), Error);
+  EXPECT_THROW(engine.add_request({1, rc.model.vocab_size}, p), Error);
+  EXPECT_THROW(engine.add_request(std::vector<int32_t>(60, 1), p), Error);  // past max_model_len
+  EXPECT_THROW(engine.add_request(std::vector<int32_t>(10, 1), p), Error);  // 19 tokens > 16 in the pool
+  p.max_new_tokens = 0;
+  EXPECT_THROW(engine.add_request({1}, p), Error);
+  p.max_new_tokens = 7;
+  engine.add_request(std::vector<int32_t>(10, 1), p);  // 16 tokens stored: fits exactly
+  engine.run();
+  EXPECT_FALSE(engine.has_unfinished());
+}
+
+TEST(Engine, ConfigurationErrorsNameTheFlag) {
+  const auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message([] { model_config("llama9"); }).find("--model"), std::string::npos);
+  EXPECT_NE(message([] { model_config("llama2-7b", 5); }).find("--num-kv-heads"), std::string::npos);
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.attention = "flash";
+  EXPECT_NE(message([&] { test::make_runner(rc); }).find("--attention"), std::string::npos);
+  rc = test::tiny_runner_config();
+  rc.num_pages = 0;
+  rc.kv_pool_gib = 1e-9;
+  EXPECT_NE(message([&] { test::make_runner(rc); }).find("--kv-pool-gib"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gqattn::engine

@@ -1,0 +1,87 @@
+// The sampler: greedy ties, top-k and top-p support, temperature, seeded determinism.
+// Layer: tests (label cpu).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "sampler.h"
+
+namespace gqattn::engine {
+namespace {
+
+std::vector<float> logits_of(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(float(std::log(p)));
+  return l;
+}
+
+TEST(Sampler, GreedyPicksTheSmallestIndexOfTheMaximum) {
+  const std::vector<float> l = {0.5f, 2.f, -1.f, 2.f, 1.f};
+  EXPECT_EQ(argmax(l.data(), 5), 1);
+  SamplingParams p;
+  EXPECT_TRUE(p.greedy());
+  EXPECT_EQ(sample(l.data(), 5, p, 7, 0), 1);
+  p.temperature = 1.f;
+  p.top_k = 1;
+  EXPECT_EQ(sample(l.data(), 5, p, 7, 0), 1);
+}
+
+TEST(Sampler, TopKRestrictsTheSupport) {
+  const std::vector<float> l = logits_of({0.05, 0.3, 0.1, 0.25, 0.2, 0.1});
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.top_k = 3;
+  const Candidates c = sampling_candidates(l.data(), 6, p);
+  EXPECT_EQ(c.tokens, (std::vector<int32_t>{1, 3, 4}));
+  std::set<int32_t> seen;
+  for (int i = 0; i < 2000; ++i) seen.insert(sample(l.data(), 6, p, 1, i));
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 3, 4}));
+}
+
+TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
+  const std::vector<float> l = logits_of({0.05, 0.4, 0.1, 0.3, 0.15});
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.top_p = 0.75f;  // 0.4 + 0.3 = 0.7 < 0.75, + 0.15 reaches it
+  const Candidates c = sampling_candidates(l.data(), 5, p);
+  EXPECT_EQ(c.tokens, (std::vector<int32_t>{1, 3, 4}));
+  EXPECT_NEAR(c.probs[0], 0.4 / 0.85, 1e-6);
+  p.top_p = 0.1f;  // at least one token
+  EXPECT_EQ(sampling_candidates(l.data(), 5, p).tokens, (std::vector<int32_t>{1}));
+}
+
+TEST(Sampler, FrequenciesFollowTheTemperedDistribution) {
+  const std::vector<double> probs = {0.1, 0.2, 0.3, 0.4};
+  const std::vector<float> l = logits_of(probs);
+  SamplingParams p;
+  p.temperature = 2.f;  // probabilities ~ sqrt(probs)
+  double z = 0;
+  for (double q : probs) z += std::sqrt(q);
+  std::map<int32_t, int> count;
+  constexpr int kDraws = 20000;
+  for (int i = 0; i < kDraws; ++i) ++count[sample(l.data(), 4, p, 3, i)];
+  for (int t = 0; t < 4; ++t) EXPECT_NEAR(double(count[t]) / kDraws, std::sqrt(probs[t]) / z, 0.015) << "token " << t;
+}
+
+TEST(Sampler, DrawsAreFixedBySeedRequestAndPosition) {
+  std::vector<float> l(64);
+  for (int i = 0; i < 64; ++i) l[i] = float(std::sin(i * 0.7));
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.seed = 5;
+  std::vector<int32_t> a, b, c;
+  for (int i = 0; i < 50; ++i) {
+    a.push_back(sample(l.data(), 64, p, 3, i));
+    b.push_back(sample(l.data(), 64, p, 3, i));
+  }
+  EXPECT_EQ(a, b);
+  p.seed = 6;
+  for (int i = 0; i < 50; ++i) c.push_back(sample(l.data(), 64, p, 3, i));
+  EXPECT_NE(a, c);
+}
+
+}  // namespace
+}  // namespace gqattn::engine
