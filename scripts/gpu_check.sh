@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure + build for sm_90a, run the whole test suite, the
-# compute-sanitizer subset, and the benchmarks (ours, ceilings, peers) with their report.
-# Usage: LOG_DIR=/path scripts/gpu_check.sh [stage ...]   stages: build test sanitize bench (default: all)
-# Env: BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1.
+# Python tests, the compute-sanitizer subset, the kernel benchmarks (ours, ceilings, peers) with
+# their report, and the engine's end-to-end table.
+# Usage: LOG_DIR=/path scripts/gpu_check.sh [stage ...]
+#   stages: build test python sanitize bench e2e (default: all)
+# Env: BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1,
+#      E2E_RUNS (default: all nine: gqattn, expand and --kv-pool-gib 55 at 32, 8 and 1 KV heads).
 # Needs CUDA, CMake, ninja, python3 with torch; GoogleTest sources in .deps/googletest (copied from
 # Debian's googletest package: cp -r /usr/src/googletest .deps/) or GQATTN_GTEST_SOURCE_DIR.
 set -uo pipefail
@@ -10,7 +13,7 @@ cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-/tmp/gqattn-logs}   # $OUT returns at most 8 files: everything is tarred there at the end
 BUILD=${GQATTN_BUILD_DIR:-build-gpu}
 GTEST=${GQATTN_GTEST_SOURCE_DIR:-$PWD/.deps/googletest}
-STAGES=${*:-build test sanitize bench}
+STAGES=${*:-build test python sanitize bench e2e}
 BENCH_ITERS=${BENCH_ITERS:-30}
 mkdir -p "$LOG_DIR"
 status=0
@@ -24,7 +27,7 @@ if has build; then
   step build
   cmake -S . -B "$BUILD" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS="${GQATTN_CUDA_ARCHS:-90a}" \
     ${GQATTN_HEAD_DIMS:+-DGQATTN_HEAD_DIMS="$GQATTN_HEAD_DIMS"} ${GQATTN_DTYPES:+-DGQATTN_DTYPES="$GQATTN_DTYPES"} \
-    -DGQATTN_GTEST_SOURCE_DIR="$GTEST" > "$LOG_DIR/configure.log" 2>&1 || { tail -30 "$LOG_DIR/configure.log"; exit 1; }
+    -DGQATTN_GTEST_SOURCE_DIR="$GTEST" -DPython_EXECUTABLE="$(command -v python3)" > "$LOG_DIR/configure.log" 2>&1 || { tail -30 "$LOG_DIR/configure.log"; exit 1; }
   cmake --build "$BUILD" -j "$(nproc)" > "$LOG_DIR/build.log" 2>&1 || { grep -E "error|Error" -A3 "$LOG_DIR/build.log" | head -60; exit 1; }
   grep -E "spill|registers" "$LOG_DIR/build.log" | sort | uniq -c | head -40 > "$LOG_DIR/ptxas.txt" || true
 fi
@@ -33,6 +36,13 @@ if has test; then
   step test
   ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$LOG_DIR/ctest.log" 2>&1 || status=1
   tail -25 "$LOG_DIR/ctest.log"
+fi
+
+if has python; then
+  step python
+  PYTHONPATH="$BUILD/python" timeout "${PYTEST_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider tests/python \
+    > "$LOG_DIR/pytest.log" 2>&1 || status=1
+  tail -8 "$LOG_DIR/pytest.log"
 fi
 
 if has sanitize; then
@@ -63,6 +73,25 @@ if has bench; then
       --out-prefix "$LOG_DIR/$(date +%Y-%m-%d)_h200_$fam" --gpu "$(head -2 "$LOG_DIR/gpu.txt" | tail -1 | cut -d, -f1)" \
       --commit "${GQ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" --command "scripts/gpu_check.sh bench" \
       > "$LOG_DIR/report_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/report_$fam.log"; }
+  done
+fi
+
+if has e2e; then
+  step e2e
+  E2E_CSV="$LOG_DIR/e2e.csv"
+  e2e() {
+    local name=$1; shift
+    timeout "${E2E_TIMEOUT:-240}" "$BUILD/gqattn-serve" bench --device cuda --model llama2-7b --csv "$E2E_CSV" "$@" \
+      > "$LOG_DIR/e2e_$name.log" 2>&1 || status=1
+    echo "-- $name"; grep -E "^(model|total|output|mean|floor|ratio|preempt|CUDA)|error|gqattn-serve:" "$LOG_DIR/e2e_$name.log"
+  }
+  for run in ${E2E_RUNS:-gqattn:32 gqattn:8 gqattn:1 expand:32 expand:8 expand:1 pool55:32 pool55:8 pool55:1}; do
+    kind=${run%%:*} heads=${run##*:}
+    case $kind in
+      gqattn) e2e "gqattn_kv$heads" --num-kv-heads "$heads" ;;
+      expand) e2e "expand_kv$heads" --num-kv-heads "$heads" --attention expand ;;
+      pool55) e2e "pool55_kv$heads" --num-kv-heads "$heads" --kv-pool-gib 55 ;;
+    esac
   done
 fi
 
