@@ -16,6 +16,7 @@
 #include "bench_case.h"
 #include "gqattn/attention.h"
 #include "gqattn/error.h"
+#include "kernels/launch.h"
 #include "prims/cuda_check.h"
 
 namespace gqattn::bench {
@@ -23,6 +24,7 @@ namespace {
 
 constexpr size_t kL2RotateBytes = size_t(240) << 20;  // 4x the H200's 60 MB L2
 constexpr int kMaxSets = 8;
+constexpr int kCeilingReps = 20;
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
@@ -55,26 +57,6 @@ __global__ void fill_random_kernel(uint16_t* data, size_t n, uint64_t seed, bool
 void fill_random(void* p, size_t elems, uint64_t seed, DType dtype) {
   fill_random_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), elems, seed, dtype == DType::kFP16);
   GQ_CUDA_CHECK(cudaGetLastError());
-}
-
-// Sum of 16-byte words; several independent loads per thread in flight.
-__global__ void read_kernel(const uint4* data, size_t n, unsigned* sink) {
-  constexpr int kUnroll = 4;
-  uint32_t acc = 0;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(data + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = data[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
 }
 
 template <typename Fn>
@@ -114,23 +96,14 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 Ceilings gpu_measure_ceilings() {
   Ceilings c;
   const size_t read_bytes = size_t(4) << 30;
-  DeviceBuffer buf = alloc(read_bytes), sink = alloc(16);
+  c.read_gbps = kernels::measure_read_bandwidth_gbps(read_bytes, kCeilingReps, nullptr);
+  DeviceBuffer buf = alloc(read_bytes);
   fill_random(buf.get(), read_bytes / 2, 1, DType::kBF16);
-  int sms = 0;
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const double read_us = median_us(
-      [&](int) {
-        read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf.get()), read_bytes / 16,
-                                      static_cast<unsigned*>(sink.get()));
-      },
-      20);
-  GQ_CUDA_CHECK(cudaGetLastError());
-  c.read_gbps = read_bytes / read_us * 1e-3;
 
   const size_t copy_bytes = size_t(2) << 30;
   DeviceBuffer dst = alloc(copy_bytes);
   const double copy_us =
-      median_us([&](int) { GQ_CUDA_CHECK(cudaMemcpyAsync(dst.get(), buf.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, 20);
+      median_us([&](int) { GQ_CUDA_CHECK(cudaMemcpyAsync(dst.get(), buf.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, kCeilingReps);
   c.copy_gbps = 2.0 * copy_bytes / copy_us * 1e-3;
   dst.reset();
   buf.reset();
@@ -149,7 +122,7 @@ Ceilings gpu_measure_ceilings() {
                                   CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx");
       },
-      20);
+      kCeilingReps);
   check_cublas(cublasDestroy(handle), "cublasDestroy");
   c.gemm_tflops = 2.0 * n * n * double(n) / gemm_us * 1e-6;
   GQ_CUDA_CHECK(cudaDeviceSynchronize());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compute.h"
+#include "kernels/launch.h"
 #include "gqattn/error.h"
 #include "prims/cuda_check.h"
 #include "random.h"
@@ -225,26 +226,6 @@ __global__ void expand_kv_pages_kernel(const ExpandParams p) {
   }
 }
 
-// XOR of 16-byte words, four loads in flight per thread.
-__global__ void read_kernel(const uint4* data, int64_t n, unsigned* sink) {
-  constexpr int kUnroll = 4;
-  uint32_t acc = 0;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(data + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = data[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
-}
-
 void check_bf16(const TensorView& t, const char* what) {
   GQ_CHECK(t.dtype == DType::kBF16 && t.device == Device::kCUDA, "cuda compute: ", what,
            " must be a bf16 CUDA tensor, got ", t.describe());
@@ -315,30 +296,7 @@ class CudaCompute final : public Compute {
   void synchronize() override { GQ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   double measure_read_bandwidth_gbps() override {
-    DeviceBuffer buf = alloc(kBandwidthBytes);
-    DeviceBuffer sink = alloc(sizeof(unsigned));
-    GQ_CUDA_CHECK(cudaMemsetAsync(buf.data(), 1, kBandwidthBytes, stream_));
-    cudaEvent_t start, stop;
-    GQ_CUDA_CHECK(cudaEventCreate(&start));
-    GQ_CUDA_CHECK(cudaEventCreate(&stop));
-    const int64_t words = int64_t(kBandwidthBytes / sizeof(uint4));
-    const unsigned blocks = unsigned(num_sms_) * 8;
-    std::vector<float> ms;
-    for (int r = 0; r <= kBandwidthReps; ++r) {  // the first pass warms up
-      GQ_CUDA_CHECK(cudaEventRecord(start, stream_));
-      read_kernel<<<blocks, 512, 0, stream_>>>(static_cast<const uint4*>(buf.data()), words,
-                                               static_cast<unsigned*>(sink.data()));
-      GQ_CUDA_CHECK(cudaGetLastError());
-      GQ_CUDA_CHECK(cudaEventRecord(stop, stream_));
-      GQ_CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0;
-      GQ_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (r > 0) ms.push_back(t);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::sort(ms.begin(), ms.end());
-    return double(kBandwidthBytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9;
+    return kernels::measure_read_bandwidth_gbps(kBandwidthBytes, kBandwidthReps, stream_);
   }
 
   void fill_random(const TensorView& t, uint64_t seed, uint64_t tensor_id, float half_width) override {

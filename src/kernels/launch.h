@@ -3,6 +3,7 @@
 // Layer: src/kernels (host-includable).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gqattn/tensor.h"
@@ -88,5 +89,10 @@ struct AppendKVParams {
   FastDivmod page;
 };
 void launch_append_kv(const AppendKVParams& params, void* stream);
+
+// Streams `bytes` of device memory through 16-byte loads `reps` times (after one warm-up) on
+// `stream` and returns the median read bandwidth in GB/s: the decode ceiling. Allocates and frees
+// `bytes` of device memory and synchronises; for benchmarks, never on a serving path.
+double measure_read_bandwidth_gbps(size_t bytes, int reps, void* stream);
 
 }  // namespace gqattn::kernels
