@@ -40,9 +40,23 @@ fi
 
 if has python; then
   step python
-  PYTHONPATH="$BUILD/python" timeout "${PYTEST_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider tests/python \
-    > "$LOG_DIR/pytest.log" 2>&1 || status=1
-  tail -8 "$LOG_DIR/pytest.log"
+  # GPU-marked tests first and in their own process, so a crash elsewhere cannot hide them; a
+  # crashing run is repeated under cuda-gdb (it debugs host code too) for a C++ backtrace.
+  py_run() {
+    local name=$1; shift
+    PYTHONPATH="$BUILD/python" timeout "${PYTEST_TIMEOUT:-300}" python3 -X faulthandler -m pytest -q -rs \
+      -p no:cacheprovider "$@" tests/python > "$LOG_DIR/pytest_$name.log" 2>&1
+    local rc=$?
+    tail -6 "$LOG_DIR/pytest_$name.log"
+    if [ $rc -ge 128 ] || grep -q "Fatal Python error" "$LOG_DIR/pytest_$name.log"; then
+      PYTHONPATH="$BUILD/python" timeout 240 cuda-gdb -batch -ex run -ex bt --args python3 -m pytest -x -q \
+        -p no:cacheprovider "$@" tests/python > "$LOG_DIR/pytest_${name}_gdb.log" 2>&1
+      grep -A25 "received signal" "$LOG_DIR/pytest_${name}_gdb.log" | head -40
+    fi
+    [ $rc -eq 0 ] || [ $rc -eq 5 ]
+  }
+  py_run gpu -m gpu || status=1
+  py_run cpu -m "not gpu" || status=1
 fi
 
 if has sanitize; then
