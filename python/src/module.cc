@@ -203,6 +203,28 @@ void plan_device(nb::handle workspace, PlanInputs& in, Workspace& ws) {
   ws.bytes = a.nbytes();
 }
 
+// The PlanInputs fields that decode_plan and prefill_plan share; the workspace picks the device.
+PlanInputs plan_inputs(nb::handle workspace, Workspace& ws, const std::string& dtype, int num_qo_heads,
+                       int num_kv_heads, int head_dim, int page_size, std::vector<int32_t> kv_indptr,
+                       std::vector<int32_t> kv_last_page_len, std::vector<int32_t> kv_page_indices,
+                       int64_t num_pages, bool enable_cuda_graph, int max_num_splits) {
+  PlanInputs in;
+  plan_device(workspace, in, ws);
+  in.dtype = parse_dtype(dtype);
+  in.num_qo_heads = num_qo_heads;
+  in.num_kv_heads = num_kv_heads;
+  in.head_dim = head_dim;
+  in.page_size = page_size;
+  in.kv_indptr = std::move(kv_indptr);
+  in.kv_last_page_len = std::move(kv_last_page_len);
+  in.kv_page_indices = std::move(kv_page_indices);
+  in.num_pages = num_pages;
+  in.enable_cuda_graph = enable_cuda_graph;
+  in.max_num_splits = max_num_splits;
+  return in;
+}
+
+
 // Python parameter names of a paged K/V source, for the binding's own messages.
 struct PagedNames {
   const char* k_pages;
@@ -311,21 +333,11 @@ NB_MODULE(_C, m) {
          int num_qo_heads, int num_kv_heads, int head_dim, int page_size, int qo_len, const std::string& dtype,
          bool enable_cuda_graph, int max_num_splits, std::vector<int32_t> kv_page_indices, int64_t num_pages,
          uintptr_t stream) {
-        PlanInputs in;
         Workspace ws;
-        plan_device(workspace, in, ws);
-        in.dtype = parse_dtype(dtype);
-        in.num_qo_heads = num_qo_heads;
-        in.num_kv_heads = num_kv_heads;
-        in.head_dim = head_dim;
-        in.page_size = page_size;
+        PlanInputs in = plan_inputs(workspace, ws, dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
+                                    std::move(kv_page_indptr), std::move(kv_last_page_len),
+                                    std::move(kv_page_indices), num_pages, enable_cuda_graph, max_num_splits);
         in.qo_len = qo_len;
-        in.kv_indptr = std::move(kv_page_indptr);
-        in.kv_last_page_len = std::move(kv_last_page_len);
-        in.kv_page_indices = std::move(kv_page_indices);
-        in.num_pages = num_pages;
-        in.enable_cuda_graph = enable_cuda_graph;
-        in.max_num_splits = max_num_splits;
         return decode_plan(in, ws, as_stream(stream));
       },
       "workspace"_a.none(), "kv_page_indptr"_a, "kv_last_page_len"_a, "num_qo_heads"_a, "num_kv_heads"_a,
@@ -339,22 +351,12 @@ NB_MODULE(_C, m) {
          std::vector<int32_t> kv_last_page_len, int num_qo_heads, int num_kv_heads, int head_dim, int page_size,
          bool causal, const std::string& dtype, bool enable_cuda_graph, int max_num_splits,
          std::vector<int32_t> kv_page_indices, int64_t num_pages, uintptr_t stream) {
-        PlanInputs in;
         Workspace ws;
-        plan_device(workspace, in, ws);
-        in.dtype = parse_dtype(dtype);
-        in.num_qo_heads = num_qo_heads;
-        in.num_kv_heads = num_kv_heads;
-        in.head_dim = head_dim;
-        in.page_size = page_size;
+        PlanInputs in = plan_inputs(workspace, ws, dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
+                                    std::move(kv_indptr), std::move(kv_last_page_len), std::move(kv_page_indices),
+                                    num_pages, enable_cuda_graph, max_num_splits);
         in.causal = causal;
         in.qo_indptr = std::move(qo_indptr);
-        in.kv_indptr = std::move(kv_indptr);
-        in.kv_last_page_len = std::move(kv_last_page_len);
-        in.kv_page_indices = std::move(kv_page_indices);
-        in.num_pages = num_pages;
-        in.enable_cuda_graph = enable_cuda_graph;
-        in.max_num_splits = max_num_splits;
         return prefill_plan(in, ws, as_stream(stream));
       },
       "workspace"_a.none(), "qo_indptr"_a, "kv_indptr"_a, "kv_last_page_len"_a, "num_qo_heads"_a,
