@@ -1,6 +1,7 @@
 // The CUDA compute device: cuBLAS bf16 GEMMs with fp32 compute, the engine's small fused kernels
 // (embedding gather, residual add + RMSNorm, RoPE, SwiGLU, row gather, argmax, K/V expansion,
-// random weights), a streaming read for the bandwidth ceiling, and CUDA-graph capture/replay.
+// random weights; 16-byte accesses where rows allow), a streaming read for the bandwidth ceiling,
+// and CUDA-graph capture/replay.
 // Layer: engine (kernels + host launchers). Every CUDA and cuBLAS call is checked.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <map>
 #include <vector>
 
@@ -32,6 +34,20 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kArgmaxThreads = 1024;
+constexpr int kWarpSize = 32;
+constexpr int kMaxBlockThreads = 1024;
+// bf16 values in one 16-byte access (fp32: two accesses).
+constexpr int kVecElems = 8;
+constexpr int kVecBytes = 16;
+// add_rmsnorm's block: about this many 8-value chunks per thread (Llama's 4096: 256 threads x 2),
+// up to kMaxRmsnormChunks (hidden <= 1024 x 4 x 8 = 32768 on the vector path; beyond, 64
+// registers a thread cannot hold the row).
+constexpr int kRmsnormChunksPerThread = 2;
+constexpr int kMaxRmsnormChunks = 4;
+// rope's flat grid: 128-thread blocks spread 128 tokens x 40 heads x 8 groups over all SMs.
+constexpr int kRopeThreads = 128;
+// embed's block (one per token) and gather_rows' (one per row).
+constexpr int kRowCopyThreads = 256;
 // cuBLAS workspace (NVIDIA recommends 32 MiB on Hopper); given explicitly so that graph capture
 // never makes cuBLAS allocate.
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
@@ -85,6 +101,26 @@ __global__ void fill_fp32_kernel(float* p, int64_t n, float value) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = value;
 }
 
+// ---- 16-byte vectors ----------------------------------------------------------------------
+// The elementwise kernels move 16 bytes per access (8 bf16 or 4 fp32) where the row length,
+// pointers and row strides allow it; each has a scalar kernel for the rows that do not.
+
+__device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&f)[kVecElems]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);              // the lower address holds the low half
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[kVecElems]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = uint32_t(float_to_bf16_bits(f[2 * i])) | (uint32_t(float_to_bf16_bits(f[2 * i + 1])) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // One block per token. An id outside the vocabulary yields a zero row (the host validates ids).
 __global__ void embed_kernel(const int32_t* token_ids, const uint16_t* table, int64_t table_stride, int vocab,
                              int hidden, float* residual, int64_t residual_stride) {
@@ -96,7 +132,25 @@ __global__ void embed_kernel(const int32_t* token_ids, const uint16_t* table, in
   for (int j = threadIdx.x; j < hidden; j += blockDim.x) out[j] = valid ? bf16_bits_to_float(row[j]) : 0.f;
 }
 
+// embed_kernel with 16-byte accesses: hidden % 8 == 0, rows 16-byte aligned.
+__global__ void embed_vec_kernel(const int32_t* token_ids, const uint16_t* table, int64_t table_stride, int vocab,
+                                 int hidden, float* residual, int64_t residual_stride) {
+  const int i = blockIdx.x;
+  const int tok = token_ids[i];
+  const bool valid = tok >= 0 && tok < vocab;
+  const uint4* row = reinterpret_cast<const uint4*>(table + (valid ? int64_t(tok) * table_stride : 0));
+  float4* out = reinterpret_cast<float4*>(residual + int64_t(i) * residual_stride);
+  const int chunks = hidden / kVecElems;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float v[kVecElems] = {};
+    if (valid) unpack_bf16x8(row[c], v);
+    out[2 * c] = make_float4(v[0], v[1], v[2], v[3]);
+    out[2 * c + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
 // One block per token: residual += delta; out = residual * rsqrt(mean(residual^2) + eps) * weight.
+// The scalar path (any hidden size and alignment); re-reads the residual row for the output.
 __global__ void add_rmsnorm_kernel(float* residual, int64_t residual_stride, const uint16_t* delta,
                                    int64_t delta_stride, const uint16_t* weight, float eps, uint16_t* out,
                                    int64_t out_stride, int hidden) {
@@ -117,7 +171,70 @@ __global__ void add_rmsnorm_kernel(float* residual, int64_t residual_stride, con
     o[j] = float_to_bf16_bits(r[j] * inv_rms * bf16_bits_to_float(weight[j]));
 }
 
-// One block per token; threads over (head, pair) of q's heads then k's.
+// add_rmsnorm_kernel with 16-byte accesses (hidden % 8 == 0, rows 16-byte aligned): one block per
+// token, thread t holding chunks t, t + blockDim.x, ... (at most kChunks of 8 values) in registers
+// from the load to the store, so the row is read once. blockDim.x is a multiple of 32. Every load
+// (residual, delta, weight) is issued before the first use, so a block keeps its whole row in
+// flight (the weight, for kChunks <= 2). The per-element math is the scalar kernel's; only the
+// order of the sum of squares differs.
+template <int kChunks>
+__global__ void __launch_bounds__(kMaxBlockThreads) add_rmsnorm_vec_kernel(
+    float* residual, int64_t residual_stride, const uint16_t* delta, int64_t delta_stride, const uint16_t* weight,
+    float eps, uint16_t* out, int64_t out_stride, int hidden) {
+  const int chunks = hidden / kVecElems;
+  float4* r = reinterpret_cast<float4*>(residual + int64_t(blockIdx.x) * residual_stride);
+  const uint4* d = delta != nullptr ? reinterpret_cast<const uint4*>(delta + int64_t(blockIdx.x) * delta_stride) : nullptr;
+  const uint4* w = reinterpret_cast<const uint4*>(weight);
+  // The weight chunks wait in registers through the reduction where 64 registers allow it.
+  constexpr bool kPreloadWeight = kChunks <= 2;
+  float4 r_raw[kChunks][2];
+  uint4 d_raw[kChunks], w_raw[kChunks];
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c < chunks) {
+      r_raw[i][0] = r[2 * c];
+      r_raw[i][1] = r[2 * c + 1];
+      if (d != nullptr) d_raw[i] = __ldg(d + c);
+      if (kPreloadWeight) w_raw[i] = __ldg(w + c);
+    }
+  }
+  float v[kChunks][kVecElems];
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c < chunks) {
+      v[i][0] = r_raw[i][0].x, v[i][1] = r_raw[i][0].y, v[i][2] = r_raw[i][0].z, v[i][3] = r_raw[i][0].w;
+      v[i][4] = r_raw[i][1].x, v[i][5] = r_raw[i][1].y, v[i][6] = r_raw[i][1].z, v[i][7] = r_raw[i][1].w;
+      if (d != nullptr) {
+        float dv[kVecElems];
+        unpack_bf16x8(d_raw[i], dv);
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e) v[i][e] += dv[e];
+        r[2 * c] = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
+        r[2 * c + 1] = make_float4(v[i][4], v[i][5], v[i][6], v[i][7]);
+      }
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) sum_sq += v[i][e] * v[i][e];
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq) / float(hidden) + eps);
+  uint4* o = reinterpret_cast<uint4*>(out + int64_t(blockIdx.x) * out_stride);
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c < chunks) {
+      float wv[kVecElems], ov[kVecElems];
+      unpack_bf16x8(kPreloadWeight ? w_raw[i] : __ldg(w + c), wv);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) ov[e] = v[i][e] * inv_rms * wv[e];
+      o[c] = pack_bf16x8(ov);
+    }
+  }
+}
+
+// One block per token; threads over (head, pair) of q's heads then k's. The scalar path.
 __global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
                             int k_heads, int head_dim, const int32_t* positions, const float* inv_freq) {
   const int i = blockIdx.x;
@@ -135,6 +252,45 @@ __global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t
   }
 }
 
+// rope_kernel with 16-byte accesses (head_dim % 16 == 0, rows and inv_freq 16-byte aligned): one
+// thread per (token, head, group of 8 rotary pairs) over a flat grid of total < 2^31 items; it
+// loads x[j..j+7] and x[j+half..j+half+7] and rotates them with the scalar kernel's math.
+__global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
+                                int k_heads, int head_dim, const int32_t* positions, const float* inv_freq,
+                                int total) {
+  const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
+  if (flat >= unsigned(total)) return;
+  const int idx = int(flat);
+  const int half = head_dim / 2;
+  const int groups = half / kVecElems;
+  const int per_token = (q_heads + k_heads) * groups;
+  const int i = idx / per_token;
+  const int rest = idx - i * per_token;
+  const int h = rest / groups;
+  const int j = (rest - h * groups) * kVecElems;
+  uint16_t* x = h < q_heads ? q + int64_t(i) * q_stride + int64_t(h) * head_dim
+                            : k + int64_t(i) * k_stride + int64_t(h - q_heads) * head_dim;
+  const float pos = static_cast<float>(__ldg(positions + i));
+  const float4 f_lo = __ldg(reinterpret_cast<const float4*>(inv_freq + j));
+  const float4 f_hi = __ldg(reinterpret_cast<const float4*>(inv_freq + j) + 1);
+  const float freq[kVecElems] = {f_lo.x, f_lo.y, f_lo.z, f_lo.w, f_hi.x, f_hi.y, f_hi.z, f_hi.w};
+  uint4* first = reinterpret_cast<uint4*>(x + j);
+  uint4* second = reinterpret_cast<uint4*>(x + j + half);
+  float x1[kVecElems], x2[kVecElems], y1[kVecElems], y2[kVecElems];
+  unpack_bf16x8(*first, x1);
+  unpack_bf16x8(*second, x2);
+#pragma unroll
+  for (int e = 0; e < kVecElems; ++e) {
+    float s, c;
+    sincosf(pos * freq[e], &s, &c);
+    y1[e] = x1[e] * c - x2[e] * s;
+    y2[e] = x2[e] * c + x1[e] * s;
+  }
+  *first = pack_bf16x8(y1);
+  *second = pack_bf16x8(y2);
+}
+
+// The scalar path: any f and alignment.
 __global__ void swiglu_kernel(const uint16_t* gate_up, int64_t in_stride, uint16_t* out, int64_t out_stride,
                               int n, int f) {
   const int64_t total = int64_t(n) * f;
@@ -146,13 +302,40 @@ __global__ void swiglu_kernel(const uint16_t* gate_up, int64_t in_stride, uint16
   }
 }
 
-// One block per output row; elements of T (uint16_t or float).
+// swiglu_kernel with 16-byte accesses (f % 8 == 0, rows 16-byte aligned): one thread per (row,
+// 8 outputs) over a flat grid of total = n * f / 8 < 2^31 items, 32-bit index math.
+__global__ void swiglu_vec_kernel(const uint16_t* gate_up, int64_t in_stride, uint16_t* out, int64_t out_stride,
+                                  int f, int total) {
+  const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
+  if (flat >= unsigned(total)) return;
+  const int idx = int(flat);
+  const int chunks = f / kVecElems;
+  const int i = idx / chunks;
+  const int j = (idx - i * chunks) * kVecElems;
+  const uint16_t* row = gate_up + int64_t(i) * in_stride + j;
+  float g[kVecElems], u[kVecElems], y[kVecElems];
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row)), g);
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + f)), u);
+#pragma unroll
+  for (int e = 0; e < kVecElems; ++e) y[e] = g[e] / (1.f + __expf(-g[e])) * u[e];
+  *reinterpret_cast<uint4*>(out + int64_t(i) * out_stride + j) = pack_bf16x8(y);
+}
+
+// One block per output row; elements of T (uint16_t or float). The scalar path.
 template <typename T>
 __global__ void gather_rows_kernel(const T* x, int64_t x_stride, const int32_t* rows, T* out, int64_t out_stride,
                                    int cols) {
   const T* src = x + int64_t(rows[blockIdx.x]) * x_stride;
   T* dst = out + int64_t(blockIdx.x) * out_stride;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) dst[j] = src[j];
+}
+
+// gather_rows_kernel in 16-byte pieces: rows of `chunks` x 16 bytes, strides in 16-byte units.
+__global__ void gather_rows_vec_kernel(const uint4* x, int64_t x_stride, const int32_t* rows, uint4* out,
+                                       int64_t out_stride, int chunks) {
+  const uint4* src = x + int64_t(rows[blockIdx.x]) * x_stride;
+  uint4* dst = out + int64_t(blockIdx.x) * out_stride;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) dst[c] = src[c];
 }
 
 // One block per row: the largest value, the smallest index among equal ones.
@@ -240,6 +423,22 @@ cudaDataType_t cuda_type(DType d) {
   }
 }
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
+// Every row of a view with this base and row stride (elements of elem_bytes) starts 16-byte aligned.
+bool rows_aligned16(const void* p, int64_t stride, size_t elem_bytes) {
+  return aligned16(p) && (stride * int64_t(elem_bytes)) % kVecBytes == 0;
+}
+
+// Threads of a one-block-per-row launch over `chunks` 16-byte pieces: a warp multiple in
+// [32, limit], about `per_thread` pieces each.
+int row_threads(int64_t chunks, int per_thread, int limit) {
+  const int64_t wanted = ceil_div(std::max<int64_t>(chunks, 1), per_thread);
+  return int(std::min<int64_t>(round_up(int(std::min<int64_t>(wanted, limit)), kWarpSize), limit));
+}
+
 class CudaCompute final : public Compute {
  public:
   explicit CudaCompute(int device_id) : device_id_(device_id) {
@@ -319,11 +518,20 @@ class CudaCompute final : public Compute {
 
   void embed(const TensorView& token_ids, const TensorView& table, const TensorView& residual) override {
     check_bf16(table, "embedding table");
-    const int n = int(token_ids.shape[0]);
+    GQ_CHECK(residual.dtype == DType::kFP32, "embed: residual must be fp32, got ", residual.describe());
+    const int n = int(token_ids.shape[0]), hidden = int(table.shape[1]);
     if (n == 0) return;
-    embed_kernel<<<n, kThreads, 0, stream_>>>(token_ids.ptr<int32_t>(), table.ptr<uint16_t>(), table.strides[0],
-                                              int(table.shape[0]), int(table.shape[1]), residual.ptr<float>(),
-                                              residual.strides[0]);
+    const bool vec = hidden % kVecElems == 0 && rows_aligned16(table.data, table.strides[0], sizeof(uint16_t)) &&
+                     rows_aligned16(residual.data, residual.strides[0], sizeof(float));
+    if (vec) {
+      embed_vec_kernel<<<n, row_threads(hidden / kVecElems, 1, kRowCopyThreads), 0, stream_>>>(
+          token_ids.ptr<int32_t>(), table.ptr<uint16_t>(), table.strides[0], int(table.shape[0]), hidden,
+          residual.ptr<float>(), residual.strides[0]);
+    } else {
+      embed_kernel<<<n, kThreads, 0, stream_>>>(token_ids.ptr<int32_t>(), table.ptr<uint16_t>(), table.strides[0],
+                                                int(table.shape[0]), hidden, residual.ptr<float>(),
+                                                residual.strides[0]);
+    }
     GQ_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -332,12 +540,35 @@ class CudaCompute final : public Compute {
     GQ_CHECK(residual.dtype == DType::kFP32, "add_rmsnorm: residual must be fp32, got ", residual.describe());
     check_bf16(out, "add_rmsnorm out");
     if (delta.defined()) check_bf16(delta, "add_rmsnorm delta");
-    const int n = int(residual.shape[0]);
+    check_bf16(weight, "add_rmsnorm weight");
+    const int n = int(residual.shape[0]), hidden = int(residual.shape[1]);
     if (n == 0) return;
-    add_rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(residual.ptr<float>(), residual.strides[0],
-                                                    delta.defined() ? delta.ptr<uint16_t>() : nullptr,
-                                                    delta.defined() ? delta.strides[0] : 0, weight.ptr<uint16_t>(), eps,
-                                                    out.ptr<uint16_t>(), out.strides[0], int(residual.shape[1]));
+    float* r = residual.ptr<float>();
+    const uint16_t* d = delta.defined() ? delta.ptr<uint16_t>() : nullptr;
+    const int64_t d_stride = delta.defined() ? delta.strides[0] : 0;
+    const uint16_t* w = weight.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    const bool vec = hidden % kVecElems == 0 && rows_aligned16(r, residual.strides[0], sizeof(float)) &&
+                     (d == nullptr || rows_aligned16(d, d_stride, sizeof(uint16_t))) && aligned16(w) &&
+                     rows_aligned16(o, out.strides[0], sizeof(uint16_t));
+    const int chunks = hidden / kVecElems;
+    const int threads = row_threads(chunks, kRmsnormChunksPerThread, kMaxBlockThreads);
+    const int per_thread = int(ceil_div(chunks, threads));
+    if (vec && per_thread <= kMaxRmsnormChunks) {
+      const auto launch = [&](auto kernel) {
+        kernel<<<n, threads, 0, stream_>>>(r, residual.strides[0], d, d_stride, w, eps, o, out.strides[0], hidden);
+      };
+      if (per_thread <= 1) {
+        launch(add_rmsnorm_vec_kernel<1>);
+      } else if (per_thread <= 2) {
+        launch(add_rmsnorm_vec_kernel<2>);
+      } else {
+        launch(add_rmsnorm_vec_kernel<kMaxRmsnormChunks>);
+      }
+    } else {
+      add_rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(r, residual.strides[0], d, d_stride, w, eps, o, out.strides[0],
+                                                      hidden);
+    }
     GQ_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -359,28 +590,61 @@ class CudaCompute final : public Compute {
     check_bf16(q, "rope q");
     check_bf16(k, "rope k");
     GQ_CHECK(q.strides[1] == q.shape[2] && k.strides[1] == k.shape[2], "rope: heads must be packed rows");
-    const int n = int(q.shape[0]);
+    GQ_CHECK(k.shape[0] == q.shape[0] && k.shape[2] == q.shape[2] && inv_freq.dtype == DType::kFP32 &&
+                 inv_freq.shape[0] == q.shape[2] / 2,
+             "rope: q ", q.describe(), ", k ", k.describe(), ", inv_freq ", inv_freq.describe());
+    const int n = int(q.shape[0]), q_heads = int(q.shape[1]), k_heads = int(k.shape[1]), head_dim = int(q.shape[2]);
     if (n == 0) return;
-    rope_kernel<<<n, kThreads, 0, stream_>>>(q.ptr<uint16_t>(), q.strides[0], int(q.shape[1]), k.ptr<uint16_t>(),
-                                             k.strides[0], int(k.shape[1]), int(q.shape[2]),
-                                             positions.ptr<int32_t>(), inv_freq.ptr<float>());
+    const int64_t total = int64_t(n) * (q_heads + k_heads) * (head_dim / (2 * kVecElems));
+    const bool vec = head_dim % (2 * kVecElems) == 0 && rows_aligned16(q.data, q.strides[0], sizeof(uint16_t)) &&
+                     rows_aligned16(k.data, k.strides[0], sizeof(uint16_t)) && aligned16(inv_freq.data) &&
+                     total <= INT32_MAX;
+    if (vec) {
+      rope_vec_kernel<<<unsigned(ceil_div(total, kRopeThreads)), kRopeThreads, 0, stream_>>>(
+          q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
+          positions.ptr<int32_t>(), inv_freq.ptr<float>(), int(total));
+    } else {
+      rope_kernel<<<n, kThreads, 0, stream_>>>(q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(),
+                                               k.strides[0], k_heads, head_dim, positions.ptr<int32_t>(),
+                                               inv_freq.ptr<float>());
+    }
     GQ_CUDA_CHECK(cudaGetLastError());
   }
 
   void swiglu(const TensorView& gate_up, const TensorView& out) override {
     check_bf16(gate_up, "swiglu input");
     check_bf16(out, "swiglu output");
+    GQ_CHECK(gate_up.shape[0] == out.shape[0] && gate_up.shape[1] == 2 * out.shape[1], "swiglu: gate_up ",
+             gate_up.describe(), " -> out ", out.describe());
     const int n = int(out.shape[0]), f = int(out.shape[1]);
     if (n == 0) return;
-    swiglu_kernel<<<grid_for(int64_t(n) * f), kThreads, 0, stream_>>>(gate_up.ptr<uint16_t>(), gate_up.strides[0],
-                                                                       out.ptr<uint16_t>(), out.strides[0], n, f);
+    const int64_t total = int64_t(n) * (f / kVecElems);
+    const bool vec = f % kVecElems == 0 && rows_aligned16(gate_up.data, gate_up.strides[0], sizeof(uint16_t)) &&
+                     rows_aligned16(out.data, out.strides[0], sizeof(uint16_t)) && total <= INT32_MAX;
+    if (vec) {
+      swiglu_vec_kernel<<<unsigned(ceil_div(total, kThreads)), kThreads, 0, stream_>>>(
+          gate_up.ptr<uint16_t>(), gate_up.strides[0], out.ptr<uint16_t>(), out.strides[0], f, int(total));
+    } else {
+      swiglu_kernel<<<grid_for(int64_t(n) * f), kThreads, 0, stream_>>>(gate_up.ptr<uint16_t>(), gate_up.strides[0],
+                                                                         out.ptr<uint16_t>(), out.strides[0], n, f);
+    }
     GQ_CUDA_CHECK(cudaGetLastError());
   }
 
   void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) override {
+    GQ_CHECK(x.dtype == out.dtype && x.shape[1] == out.shape[1] && rows.shape[0] <= out.shape[0], "gather_rows: x ",
+             x.describe(), " -> out ", out.describe());
     const int m = int(rows.shape[0]), cols = int(x.shape[1]);
     if (m == 0) return;
-    if (x.dtype == DType::kFP32) {
+    const size_t elem = dtype_size(x.dtype);
+    const int64_t row_bytes = int64_t(cols) * int64_t(elem);
+    if (row_bytes % kVecBytes == 0 && rows_aligned16(x.data, x.strides[0], elem) &&
+        rows_aligned16(out.data, out.strides[0], elem)) {
+      const int64_t chunks = row_bytes / kVecBytes;
+      gather_rows_vec_kernel<<<m, row_threads(chunks, 1, kRowCopyThreads), 0, stream_>>>(
+          static_cast<const uint4*>(x.data), x.strides[0] * int64_t(elem) / kVecBytes, rows.ptr<int32_t>(),
+          static_cast<uint4*>(out.data), out.strides[0] * int64_t(elem) / kVecBytes, int(chunks));
+    } else if (x.dtype == DType::kFP32) {
       gather_rows_kernel<float><<<m, kThreads, 0, stream_>>>(x.ptr<float>(), x.strides[0], rows.ptr<int32_t>(),
                                                              out.ptr<float>(), out.strides[0], cols);
     } else {
