@@ -1,9 +1,9 @@
-// The CUDA compute device: cuBLAS bf16 GEMMs with fp32 compute, the engine's small fused kernels
-// (embedding gather, residual add + RMSNorm, RoPE, SwiGLU, row gather, argmax, K/V expansion,
-// random weights; 16-byte accesses where rows allow), a streaming read for the bandwidth ceiling,
-// and CUDA-graph capture/replay.
+// The CUDA compute device: cuBLASLt bf16 GEMMs with fp32 compute (algorithms autotuned per shape),
+// the engine's small fused kernels (embedding gather, residual add + RMSNorm, RoPE, SwiGLU, row
+// gather, argmax, K/V expansion, random weights; 16-byte accesses where rows allow), a streaming
+// read for the bandwidth ceiling, and CUDA-graph capture/replay.
 // Layer: engine (kernels + host launchers). Every CUDA and cuBLAS call is checked.
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "compute.h"
@@ -25,7 +27,7 @@
     const cublasStatus_t gq_blas_status_ = (call);                                              \
     if (gq_blas_status_ != CUBLAS_STATUS_SUCCESS)                                               \
       throw ::gqattn::Error(::gqattn::detail::concat("cuBLAS error in ", #call, ": ",           \
-                                                     cublasGetStatusString(gq_blas_status_)));  \
+                                                     cublasLtGetStatusString(gq_blas_status_))); \
   } while (0)
 
 namespace gqattn::engine {
@@ -48,9 +50,19 @@ constexpr int kMaxRmsnormChunks = 4;
 constexpr int kRopeThreads = 128;
 // embed's block (one per token) and gather_rows' (one per row).
 constexpr int kRowCopyThreads = 256;
-// cuBLAS workspace (NVIDIA recommends 32 MiB on Hopper); given explicitly so that graph capture
-// never makes cuBLAS allocate.
+// cuBLASLt workspace (NVIDIA recommends 32 MiB on Hopper); given explicitly so that graph capture
+// never makes cuBLASLt allocate.
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+// GEMM autotuning (see GemmPlans): candidates asked of the heuristic, token counts tuned (decode
+// buckets and short prefill chunks; longer ones take the heuristic's first algorithm), timed
+// repetitions per candidate after one warm-up, the L2 flush (a memset of kL2FlushFactor x the L2
+// before each timed run, so weights stream from HBM as they do in a decode step), and the slack
+// within which a candidate without split-K is preferred to a faster one with it.
+constexpr int kGemmCandidates = 16;
+constexpr int kGemmTuneMaxRows = 256;
+constexpr int kGemmTuneReps = 3;
+constexpr int kL2FlushFactor = 2;
+constexpr float kSplitKSlack = 1.02f;
 // The streaming read: far past the 60 MB L2, median of several passes.
 constexpr size_t kBandwidthBytes = size_t(4) << 30;
 constexpr int kBandwidthReps = 10;
@@ -439,6 +451,39 @@ int row_threads(int64_t chunks, int per_thread, int limit) {
   return int(std::min<int64_t>(round_up(int(std::min<int64_t>(wanted, limit)), kWarpSize), limit));
 }
 
+// The largest power of two (<= 256) dividing a pointer: what cuBLASLt may assume of a matrix.
+uint32_t pointer_alignment(const void* p) {
+  constexpr uintptr_t kMaxAlignment = 256;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return uint32_t(a == 0 ? kMaxAlignment : std::min(kMaxAlignment, a & (~a + 1)));
+}
+
+// One GEMM shape's cuBLASLt descriptors (initialised in place: no allocation, no destroy) and its
+// algorithm. `settled`: tuned, or never to be tuned (more than kGemmTuneMaxRows tokens); an
+// unsettled plan with an algorithm holds the heuristic's first, taken during a graph capture, and
+// is tuned by the next eager call.
+struct GemmPlan {
+  cublasLtMatmulDescOpaque_t desc;
+  cublasLtMatrixLayoutOpaque_t a, b, c;  // w as [k, m] column-major, x as [k, n], y as [m, n]
+  cublasLtMatmulAlgo_t algo;
+  bool has_algo = false;
+  bool settled = false;
+};
+
+// device, m (out features), n (tokens), k, lda, ldb, ldc, output type, alignments of w, x, y.
+using GemmKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t>;
+
+// Process-wide, so that every runner of a process runs a shape with the same algorithm (bit-equal
+// results: two runners built from the same weights must agree) and tunes it once.
+struct GemmPlans {
+  std::mutex mutex;
+  std::map<GemmKey, GemmPlan> plans;
+};
+GemmPlans& gemm_plans() {
+  static GemmPlans plans;
+  return plans;
+}
+
 class CudaCompute final : public Compute {
  public:
   explicit CudaCompute(int device_id) : device_id_(device_id) {
@@ -449,18 +494,20 @@ class CudaCompute final : public Compute {
              device_id, " (", status == cudaSuccess ? detail::concat(count, " present") : cudaGetErrorString(status), ")");
     GQ_CUDA_CHECK(cudaSetDevice(device_id_));
     GQ_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_id_));
+    GQ_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, device_id_));
     GQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    GQ_CUBLAS_CHECK(cublasCreate(&cublas_));
-    GQ_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    GQ_CUBLAS_CHECK(cublasLtCreate(&lt_));
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
-    GQ_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.data(), kCublasWorkspaceBytes));
-    GQ_CUBLAS_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST));
+    for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
   }
   ~CudaCompute() override {
     cudaStreamSynchronize(stream_);
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : tune_events_)
+      if (e != nullptr) cudaEventDestroy(e);
+    l2_flush_.reset();
     cublas_workspace_.reset();
-    cublasDestroy(cublas_);
+    cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
   }
 
@@ -572,6 +619,10 @@ class CudaCompute final : public Compute {
     GQ_CUDA_CHECK(cudaGetLastError());
   }
 
+  // cuBLASLt with the algorithm of the shape's GemmPlan: on a shape's first eager call with at most
+  // kGemmTuneMaxRows tokens the heuristic's candidates are timed on these buffers (a host sync;
+  // y is overwritten by each candidate, then computed by the fastest); longer shapes, and shapes
+  // first met during a graph capture, take the heuristic's first candidate.
   void gemm(const TensorView& x, const TensorView& w, const TensorView& y) override {
     check_bf16(x, "gemm x");
     check_bf16(w, "gemm w");
@@ -579,11 +630,22 @@ class CudaCompute final : public Compute {
              "gemm: x ", x.describe(), " . w ", w.describe(), "^T -> y ", y.describe());
     const int n = int(x.shape[0]), m = int(w.shape[0]), k = int(w.shape[1]);
     if (n == 0) return;
-    const float alpha = 1.f, beta = 0.f;
     // Row-major y[n, m] = x[n, k] w[m, k]^T is column-major y^T[m, n] = w^T^T . x^T.
-    GQ_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_16BF,
-                                 int(w.strides[0]), x.data, CUDA_R_16BF, int(x.strides[0]), &beta, y.data,
-                                 cuda_type(y.dtype), int(y.strides[0]), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const cudaDataType_t out_type = cuda_type(y.dtype);
+    const GemmKey key{device_id_,        m, n, k, w.strides[0], x.strides[0], y.strides[0], int(out_type),
+                      pointer_alignment(w.data), pointer_alignment(x.data), pointer_alignment(y.data)};
+    GemmPlans& plans = gemm_plans();
+    const std::lock_guard<std::mutex> lock(plans.mutex);
+    const auto [it, inserted] = plans.plans.try_emplace(key);
+    GemmPlan& plan = it->second;
+    try {
+      if (inserted) init_gemm_plan(plan, m, n, k, w.strides[0], x.strides[0], y.strides[0], out_type);
+      if (!plan.settled) choose_gemm_algo(plan, key, w.data, x.data, y.data);
+    } catch (...) {
+      if (inserted) plans.plans.erase(it);
+      throw;
+    }
+    GQ_CUBLAS_CHECK(run_gemm(plan, plan.algo, w.data, x.data, y.data));
   }
 
   void rope(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq) override {
@@ -709,6 +771,112 @@ class CudaCompute final : public Compute {
   int num_graphs() const override { return int(graphs_.size()); }
 
  private:
+  void init_gemm_plan(GemmPlan& p, int m, int n, int k, int64_t ldw, int64_t ldx, int64_t ldy, cudaDataType_t out_type) {
+    GQ_CUBLAS_CHECK(cublasLtMatmulDescInit(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
+    GQ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof(trans_w)));
+    GQ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_x, sizeof(trans_x)));
+    GQ_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p.a, CUDA_R_16BF, uint64_t(k), uint64_t(m), ldw));
+    GQ_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p.b, CUDA_R_16BF, uint64_t(k), uint64_t(n), ldx));
+    GQ_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p.c, out_type, uint64_t(m), uint64_t(n), ldy));
+  }
+
+  cublasStatus_t run_gemm(GemmPlan& p, const cublasLtMatmulAlgo_t& algo, const void* w, const void* x, void* y) {
+    const float alpha = 1.f, beta = 0.f;
+    return cublasLtMatmul(lt_, &p.desc, &alpha, w, &p.a, x, &p.b, &beta, y, &p.c, y, &p.c, &algo,
+                          cublas_workspace_.data(), kCublasWorkspaceBytes, stream_);
+  }
+
+  // Gives an unsettled plan its algorithm: the heuristic's first, or (eager, <= kGemmTuneMaxRows
+  // tokens) the fastest candidate.
+  void choose_gemm_algo(GemmPlan& p, const GemmKey& key, const void* w, const void* x, void* y) {
+    const int n = std::get<2>(key);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GQ_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    const bool tune = n <= kGemmTuneMaxRows && capture == cudaStreamCaptureStatusNone;
+    if (p.has_algo && !tune) return;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    GQ_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&pref));
+    const uint64_t workspace = kCublasWorkspaceBytes;
+    GQ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                         sizeof(workspace)));
+    const uint32_t align_w = std::get<8>(key), align_x = std::get<9>(key), align_y = std::get<10>(key);
+    GQ_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w)));
+    GQ_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x, sizeof(align_x)));
+    GQ_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y, sizeof(align_y)));
+    GQ_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y, sizeof(align_y)));
+    cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
+    int returned = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_, &p.desc, &p.a, &p.b, &p.c, &p.c, &pref,
+                                                                 kGemmCandidates, results, &returned);
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      for (int i = 0; i < returned; ++i)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= kCublasWorkspaceBytes)
+          candidates.push_back(results[i].algo);
+    }
+    GQ_CHECK(!candidates.empty(), "gemm: cuBLASLt has no algorithm for y[", n, ", ", std::get<1>(key), "] = x[", n,
+             ", ", std::get<3>(key), "] . w^T (", cublasLtGetStatusString(status), ")");
+    p.algo = tune ? fastest_gemm_algo(p, candidates, w, x, y) : candidates.front();
+    p.has_algo = true;
+    p.settled = tune || n > kGemmTuneMaxRows;
+  }
+
+  // Times each candidate (one warm-up, then kGemmTuneReps runs each after an L2 flush) and returns
+  // the fastest; a candidate without split-K (no reduction kernel) wins when it is within
+  // kSplitKSlack of it. Candidates that fail to run are skipped. Synchronises the stream.
+  cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const std::vector<cublasLtMatmulAlgo_t>& candidates,
+                                         const void* w, const void* x, void* y) {
+    if (!l2_flush_.data() && !l2_flush_failed_ && l2_bytes_ > 0) {
+      try {
+        l2_flush_ = alloc(size_t(kL2FlushFactor) * size_t(l2_bytes_));
+      } catch (const Error&) {
+        l2_flush_failed_ = true;  // tune with warm caches rather than fail
+      }
+    }
+    std::vector<float> ms(candidates.size(), INFINITY);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      bool ok = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
+      for (int r = 0; r < kGemmTuneReps && ok; ++r) {
+        if (l2_flush_.data()) GQ_CUDA_CHECK(cudaMemsetAsync(l2_flush_.data(), 0, l2_flush_.bytes(), stream_));
+        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * r], stream_));
+        ok = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
+        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * r + 1], stream_));
+      }
+      GQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (!ok) continue;
+      float total = 0;
+      for (int r = 0; r < kGemmTuneReps; ++r) {
+        float t = 0;
+        GQ_CUDA_CHECK(cudaEventElapsedTime(&t, tune_events_[2 * r], tune_events_[2 * r + 1]));
+        total += t;
+      }
+      ms[i] = total / kGemmTuneReps;
+    }
+    const size_t fastest = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    GQ_CHECK(std::isfinite(ms[fastest]), "gemm: none of cuBLASLt's ", candidates.size(), " candidate algorithms ran");
+    size_t best = fastest;
+    if (split_k(candidates[fastest]) > 1) {
+      for (size_t i = 0; i < candidates.size(); ++i)
+        if (split_k(candidates[i]) <= 1 && ms[i] <= ms[fastest] * kSplitKSlack && (best == fastest || ms[i] < ms[best]))
+          best = i;
+    }
+    return candidates[best];
+  }
+
+  static int32_t split_k(const cublasLtMatmulAlgo_t& algo) {
+    int32_t splits = 1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                             &written) != CUBLAS_STATUS_SUCCESS)
+      return 1;
+    return splits;
+  }
+
   cudaGraphExec_t capture(const std::function<void()>& body) {
     GQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
@@ -730,9 +898,14 @@ class CudaCompute final : public Compute {
 
   int device_id_ = 0;
   int num_sms_ = 0;
+  int l2_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer cublas_workspace_;
+  // GEMM tuning: start / stop events of each timed run, and the buffer written to flush the L2.
+  cudaEvent_t tune_events_[2 * kGemmTuneReps] = {};
+  DeviceBuffer l2_flush_;
+  bool l2_flush_failed_ = false;
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
 };
