@@ -80,7 +80,10 @@ class Compute {
   // residual fp32 [n, hidden]; delta, out act [n, hidden]; weight bf16 [hidden].
   virtual void add_rmsnorm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
                            float eps, const TensorView& out) = 0;
-  // y[n, m] = x[n, k] . w[m, k]^T. x act, w bf16, y act or fp32.
+  // y[n, m] = x[n, k] . w[m, k]^T. x act, w bf16, y act or fp32. On CUDA the first eager call of
+  // a shape with n <= 256 times cuBLASLt's candidate algorithms on these buffers: it synchronises
+  // (and the first such call allocates an L2-flush buffer); later calls, and calls during a graph
+  // capture, do neither.
   virtual void gemm(const TensorView& x, const TensorView& w, const TensorView& y) = 0;
   // Rotates q [n, num_qo_heads, head_dim] and k [n, num_kv_heads, head_dim] in place by the angle
   // positions[i] * inv_freq[j] (Hugging Face's rotate-half pairing j, j + head_dim / 2).
