@@ -1,9 +1,15 @@
 # Selects the generated attention instantiations (src/instantiations/attention_<family>_<dtype>_hd<d>.cu)
 # that GQATTN_DTYPES and GQATTN_HEAD_DIMS ask for, and tells the dispatcher which exist through
 # GQATTN_BUILT_<DTYPE>_HD<d> definitions. A variant left out is reported at run time by
-# select_kernel() with the option that would build it.
+# select_kernel() with the option that would build it. The Hopper prefill family
+# (attention_prefill_sm90_*) is added when the architectures include 90a (GQATTN_BUILT_SM90).
 function(gqattn_instantiation_sources out_var)
   set(sources "")
+  set(with_sm90 FALSE)
+  if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+    set(with_sm90 TRUE)
+    target_compile_definitions(gqattn PRIVATE GQATTN_BUILT_SM90=1)
+  endif()
   foreach(dtype IN LISTS GQATTN_DTYPES)
     if(NOT dtype MATCHES "^(bf16|fp16)$")
       message(FATAL_ERROR "GQATTN_DTYPES: unknown dtype '${dtype}' (bf16, fp16)")
@@ -17,6 +23,9 @@ function(gqattn_instantiation_sources out_var)
           set(found TRUE)
         endif()
       endforeach()
+      if(with_sm90)
+        list(APPEND sources "${PROJECT_SOURCE_DIR}/src/instantiations/attention_prefill_sm90_${dtype}_hd${hd}.cu")
+      endif()
       if(NOT found)
         message(FATAL_ERROR "GQATTN_HEAD_DIMS: no generated variant for head_dim ${hd} (tools/gen_instantiations.py)")
       endif()

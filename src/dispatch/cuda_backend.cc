@@ -65,6 +65,14 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// major * 10 + minor, e.g. 90 for the H100/H200.
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
 int num_sms(int device) {
   int sms = 0;
   GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -146,7 +154,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   std::vector<int32_t> row_tiles(plan.batch);
   for (int b = 0; b < plan.batch; ++b)
     max_rows = std::max(max_rows, (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size);
-  const dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows);
+  const dispatch::KernelChoice kernel =
+      dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, compute_capability(plan.device_id));
   for (int b = 0; b < plan.batch; ++b) {
     const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
     row_tiles[b] = (rows + kernel.cta_rows - 1) / kernel.cta_rows;
@@ -159,6 +168,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
       inputs.max_num_splits > 0 ? std::min(inputs.max_num_splits, kMaxSplitChunks) : kMaxSplitChunks;
   int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
                                        kMinChunkKeys, max_splits);
+  // The wgmma prefill kernel runs whole key ranges (its items never need the split merge).
+  if (kernel.family == kernels::Family::kPrefillSm90) kv_chunk = 0;
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   // Fewer, longer chunks until the partial results fit the workspace.
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {

@@ -3,6 +3,8 @@
 #include "dispatch/select_kernel.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "gqattn/error.h"
 
@@ -31,6 +33,9 @@ void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kDecode>());
   table.push_back(entry<D, HeadDim, Family::kDecodeWide>());
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
+#ifdef GQATTN_BUILT_SM90
+  table.push_back(entry<D, HeadDim, Family::kPrefillSm90>());
+#endif
 }
 
 std::vector<KernelChoice> make_table() {
@@ -66,14 +71,26 @@ const std::vector<KernelChoice>& table() {
 constexpr int kDecodeRows = AttnShape<Family::kDecode, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 
+// GQATTN_DISABLE_SM90=1 keeps Hopper on the portable prefill kernel (tests and benchmarks of
+// that path on an H200).
+bool sm90_disabled() {
+  const char* v = std::getenv("GQATTN_DISABLE_SM90");
+  return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+}
+
 }  // namespace
 
-KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows) {
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
-  const Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
-                        : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
-                                                             : Family::kPrefill;
+  Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
+                  : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
+                                                       : Family::kPrefill;
+  // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).
+  if (family == Family::kPrefill && sm == 90 && !sm90_disabled()) {
+    for (const KernelChoice& c : table())
+      if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
+  }
   bool head_dim_built = false, dtype_built = false;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;

@@ -11,7 +11,9 @@ namespace gqattn::kernels {
 //         rows (two 16-row tiles each) times two warps along the keys, the same deep pipeline.
 // prefill: many query rows: four warps along the rows (kMTiles x 16 rows each), each K/V tile
 //         shared by all of them.
-enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2 };
+// prefill_sm90: the Hopper path (attention_sm90.cuh): one producer warpgroup streams K/V tiles
+//         into an mbarrier pipeline, two consumer warpgroups of 64 rows each run wgmma.
+enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3 };
 
 template <Family F, int HeadDim>
 struct AttnConfig;
@@ -73,6 +75,35 @@ struct AttnShape {
   static_assert((Cfg::kKVTile * HeadDim / 8) % kThreads == 0, "K/V tile loads split evenly over threads");
   static_assert((kCtaRows * HeadDim / 8) % kThreads == 0, "Q tile loads split evenly over threads");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
+};
+
+// The Hopper prefill family. Shared memory: Q (128 rows), kStages x (K tile + V tile), stored
+// as 128-byte-swizzled column blocks of 64 elements (the wgmma operand layout), plus mbarriers.
+template <int HeadDim>
+struct AttnConfig<Family::kPrefillSm90, HeadDim> {
+  static constexpr int kConsumers = 2;    // consumer warpgroups, 64 query rows each
+  static constexpr int kKVTile = HeadDim <= 128 ? 128 : 64;
+  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // the consumer holds two stages at once
+  static constexpr int kProducerRegs = 88;   // setmaxnreg: 128 x 88 + 256 x 208 <= 64K registers (no spills, hd 64-256)
+  static constexpr int kConsumerRegs = 208;
+};
+
+template <int HeadDim, typename Cfg>
+struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> {
+  static constexpr int kElemBytes = 2;
+  static constexpr int kThreads = 128 * (Cfg::kConsumers + 1);
+  static constexpr int kCtaRows = 64 * Cfg::kConsumers;
+  static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
+  static constexpr int kTileBytes = Cfg::kKVTile * HeadDim * kElemBytes;  // one of K or V
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kBarrierBytes = 128;  // full[kStages], empty[kStages], q_full
+  // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
+  static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes;
+
+  static_assert(HeadDim % 64 == 0, "the sm90 path stores 64-column blocks");
+  static_assert(2 * Cfg::kStages + 1 <= kBarrierBytes / 8, "barrier area too small");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
+  static_assert(128 * Cfg::kProducerRegs + 128 * Cfg::kConsumers * Cfg::kConsumerRegs <= 65536, "register file");
 };
 
 }  // namespace gqattn::kernels

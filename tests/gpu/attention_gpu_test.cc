@@ -2,6 +2,7 @@
 // inputs with poisoned outputs. Layer: tests (label gpu; skipped with a message without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dispatch/select_kernel.h"
 #include "gpu/gpu_util.h"
 
 namespace gqattn::test {
@@ -523,6 +525,27 @@ TEST(GpuPrefill, EveryHeadDimAndDtypeBuilt) {
         ++seed;
       }
     }
+  }
+}
+
+// On an sm_90 device with sm_90a code built, prefill-sized work runs on the wgmma kernel, so the
+// prefill tests above exercise it (gpu_check.sh runs them again with GQATTN_DISABLE_SM90=1 for
+// the portable kernel).
+TEST(GpuPrefill, HopperPathSelectedOnSm90) {
+  GQ_REQUIRE_GPU();
+  int major = 0, minor = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  const BuildInfo info = build_info();
+  const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
+  if (major * 10 + minor != 90 || !built) GTEST_SKIP() << "not an sm_90 device with sm_90a code built";
+  const char* disabled = std::getenv("GQATTN_DISABLE_SM90");
+  const dispatch::KernelChoice c = dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90);
+  if (disabled != nullptr && std::strcmp(disabled, "") != 0 && std::strcmp(disabled, "0") != 0) {
+    EXPECT_EQ(c.family, kernels::Family::kPrefill);
+  } else {
+    EXPECT_EQ(c.family, kernels::Family::kPrefillSm90);
+    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 16, 90).family, kernels::Family::kDecode);
   }
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Per-kernel time of the engine's decode steps (ncu, clocks left alone), aggregated by kernel name.
+# Usage: scripts/profile_engine.sh BUILD_DIR NUM_KV_HEADS [OUT_CSV]
+# Profiles 2 decode steps of llama2-7b with 128 requests at ~200 tokens of context.
+set -euo pipefail
+BUILD=$1 HEADS=$2 OUTCSV=${3:-/tmp/profile_kv$2.csv}
+# Launches before the profiled window: weight init, the chunked prefill, ~150 decode steps.
+NCU=${NCU:-ncu}
+$NCU --clock-control none --graph-profiling node --launch-skip "${SKIP:-60000}" --launch-count "${COUNT:-700}" \
+  --metrics gpu__time_duration.sum --csv \
+  "$BUILD/gqattn-serve" bench --device cuda --model llama2-7b --num-kv-heads "$HEADS" --requests 128 \
+  --prompt-len 32 --output-len 400 > "$OUTCSV" 2>/dev/null || true
+python3 - "$OUTCSV" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[1:]
+ki, vi = hdr.index("Kernel Name"), hdr.index("Metric Value")
+unit = hdr.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    v = float(r[vi].replace(",", "")); u = r[unit]
+    v = v / 1e3 if u == "nsecond" else v if u == "usecond" else v * 1e3
+    name = r[ki][:90]; tot[name] += v; cnt[name] += 1
+all_us = sum(tot.values())
+print(f"{len(rows)} kernels, {all_us:.0f} us total")
+for k, v in sorted(tot.items(), key=lambda x: -x[1])[:25]:
+    print(f"{v:10.1f} us {100*v/all_us:5.1f}% n={cnt[k]:4d} avg={v/cnt[k]:8.2f}  {k}")
+PY

@@ -1,0 +1,91 @@
+// Thin typed wrappers over the sm_90a PTX of the Hopper attention path: mbarriers (with cp.async
+// arrival), the async-proxy fence, wgmma shared-memory descriptors and fences, setmaxnreg and
+// named barriers. The wgmma instructions themselves are in wgmma_ops.cuh (generated).
+// Layer: src/prims (device only; callers compile these only for sm_90a, see attention_sm90.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "prims/mma.cuh"
+
+namespace gqattn::prims::sm90 {
+
+// ---- mbarrier ---------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// The barrier counts one arrival of this thread once all of its earlier cp.async copies have
+// landed (the arrival is pre-counted in the barrier's expected count: .noinc).
+__device__ __forceinline__ void mbar_arrive_on_cp_async(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Blocks until the phase of parity `parity` has completed (a fresh barrier counts its phase
+// "parity 1" as complete, so producers start waiting on the empty barriers with parity 1).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Makes this thread's view of shared memory (here: data that cp.async wrote, observed through an
+// mbarrier) visible to the async proxy that wgmma reads through.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- warpgroup control ------------------------------------------------------------------------
+template <uint32_t kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <uint32_t kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// Named barrier `id` (1..15; 0 is __syncthreads) completing when `threads` threads arrived:
+// sync waits for it, arrive only counts this warp in.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- wgmma ------------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving reads or writes of an accumulator register across wgmma
+// fences/waits (the asm above does not name the registers).
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// Shared-memory matrix descriptor for the 128-byte swizzle: the operand is stored as column
+// blocks of 64 16-bit elements (128-byte rows), 8-row atoms of 1024 bytes, 1024-byte aligned.
+//   K-major operand (Q, K: rows = M or N, contiguous = K): sbo = 1024 (next 8 rows), lbo unused.
+//   MN-major operand (V read as B = [keys][head_dim], contiguous = N): sbo = 1024 (next 8 keys),
+//   lbo = the byte distance between column blocks.
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* p, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  const uint32_t addr = smem_addr(p);
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32;
+  d |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  return d;
+}
+
+}  // namespace gqattn::prims::sm90
