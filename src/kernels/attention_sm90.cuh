@@ -79,7 +79,9 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     const T* v = static_cast<const T*>(p.v);
     uint32_t it = 0;  // K/V tiles issued so far (over all items): stage and phase
     for (int item = blockIdx.x; item < num_work; item += gridDim.x) {
-      __syncthreads();  // the consumers are done with the previous item's Q and stages
+      // The consumers are done with the previous item's Q and stages. A named barrier with a count,
+      // not __syncthreads: the roles reach it from different code.
+      sm90::named_barrier_sync(1, Shape::kThreads);
       const WorkItem w = p.work[item];
       const int rows = w.qo_len * group;
       int kv_stop = w.kv_end;
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   uint32_t it = 0;
   uint32_t items_done = 0;
   for (int item = blockIdx.x; item < num_work; item += gridDim.x, ++items_done) {
-    __syncthreads();
+    sm90::named_barrier_sync(1, Shape::kThreads);
     const WorkItem w = p.work[item];
     const int rows = w.qo_len * group;
     const int causal_base = w.kv_len - w.qo_len + 1;
