@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     for (int item = blockIdx.x; item < num_work; item += gridDim.x) {
       // The consumers are done with the previous item's Q and stages. A named barrier with a count,
       // not __syncthreads: the roles reach it from different code.
+      __syncwarp();
       sm90::named_barrier_sync(1, Shape::kThreads);
       const WorkItem w = p.work[item];
       const int rows = w.qo_len * group;
@@ -163,6 +164,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   uint32_t it = 0;
   uint32_t items_done = 0;
   for (int item = blockIdx.x; item < num_work; item += gridDim.x, ++items_done) {
+    __syncwarp();  // the epilogue's row guard may have split the warp
     sm90::named_barrier_sync(1, Shape::kThreads);
     const WorkItem w = p.work[item];
     const int rows = w.qo_len * group;
@@ -297,6 +299,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 #pragma unroll
         for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
         if (lane == 0) sm90::mbar_arrive(&empty[it % kStages]);  // tile t - 1 fully read
+        __syncwarp();  // converged again before the next .aligned wgmma / barrier
         ++it;
 #pragma unroll
         for (int j = 0; j < HeadDim / 8; ++j) {
@@ -315,6 +318,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 #pragma unroll
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
       if (lane == 0) sm90::mbar_arrive(&empty[it % kStages]);
+        __syncwarp();  // converged again before the next .aligned wgmma / barrier
       ++it;
     }
 
