@@ -106,11 +106,11 @@ struct Plan {
   int num_work = 0;       // attention work items
   int num_ctas = 0;       // attention grid size
   int max_splits = 1;     // most chunks any request was split into
-  bool split = false;     // true when some request's keys were split (merged inside the kernel)
+  bool split = false;     // true when some request's partial results need merging
   // Device pointers into the workspace.
   void* d_header = nullptr;       // PlanHeader: num_work, batch, total_qo
   void* d_work = nullptr;         // work items
-  void* d_merge_counters = nullptr;  // split-KV arrival counters, one per split group
+  void* d_requests = nullptr;     // per-request merge info
   float* d_partial_o = nullptr;   // fp32 partial outputs
   float* d_partial_lse = nullptr; // fp32 partial LSE (base 2)
   size_t workspace_bytes_used = 0;

@@ -16,12 +16,12 @@
 namespace gqattn::cuda_backend {
 namespace {
 
-// Workspace layout: [header | work items | merge counters | partial lse | partial o]. The offsets
+// Workspace layout: [header | work items | merge requests | partial lse | partial o]. The offsets
 // depend only on the workspace size and head_dim, never on lengths (CUDA-graph replay relies on
 // this).
 constexpr size_t kAlign = 256;
 constexpr size_t kMaxWorkItems = size_t(1) << 17;
-constexpr size_t kMaxMergeGroups = kMaxWorkItems / 2;  // a split group has at least two items
+constexpr size_t kMaxRequests = size_t(1) << 16;
 // A split-KV chunk never holds fewer keys than this: below it the partial write and the merge
 // cost more than the parallelism gains (docs/perf-notes.md, "split-KV").
 constexpr int kMinChunkKeys = 256;
@@ -29,7 +29,7 @@ constexpr int kMinChunkKeys = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 struct Layout {
-  size_t header = 0, work = 0, merge_counters = 0, partial_lse = 0, partial_o = 0;
+  size_t header = 0, work = 0, requests = 0, partial_lse = 0, partial_o = 0;
   int64_t partial_rows_cap = 0;
 };
 
@@ -37,8 +37,8 @@ Layout make_layout(size_t bytes, int head_dim) {
   Layout l;
   l.header = 0;
   l.work = align_up(sizeof(PlanHeader));
-  l.merge_counters = align_up(l.work + kMaxWorkItems * sizeof(WorkItem));
-  l.partial_lse = align_up(l.merge_counters + kMaxMergeGroups * sizeof(unsigned int));
+  l.requests = align_up(l.work + kMaxWorkItems * sizeof(WorkItem));
+  l.partial_lse = align_up(l.requests + kMaxRequests * sizeof(MergeRequest));
   GQ_CHECK(bytes >= l.partial_lse + kAlign, "workspace: ", bytes, " bytes is too small; at least ",
            l.partial_lse + kAlign, " needed (kRecommendedWorkspaceBytes = ", kRecommendedWorkspaceBytes, ")");
   const size_t rest = bytes - l.partial_lse - kAlign;
@@ -124,7 +124,6 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
   p.lse = lse.defined() ? lse.ptr<float>() : nullptr;
   p.partial_o = plan.d_partial_o;
   p.partial_lse = plan.d_partial_lse;
-  p.merge_counters = static_cast<unsigned int*>(plan.d_merge_counters);
   p.work = static_cast<const WorkItem*>(plan.d_work);
   p.header = static_cast<const PlanHeader*>(plan.d_header);
   p.num_qo_heads = plan.num_qo_heads;
@@ -132,8 +131,24 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
   p.page = FastDivmod(static_cast<uint32_t>(plan.page_size > 0 ? plan.page_size : 1));
   p.sm_scale_log2 = scale_log2(sm_scale, plan.head_dim);
   p.causal = plan.causal ? 1 : 0;
-  // Split requests are merged inside the kernel, by the last CTA of each group: one launch.
   kernel.launch(p, plan.num_ctas, stream);
+
+  if (plan.split) {
+    kernels::SplitMergeParams m;
+    m.partial_o = plan.d_partial_o;
+    m.partial_lse = plan.d_partial_lse;
+    m.requests = static_cast<const MergeRequest*>(plan.d_requests);
+    m.header = static_cast<const PlanHeader*>(plan.d_header);
+    m.o = o.data;
+    m.o_stride_n = o.strides[0];
+    m.o_stride_h = o.strides[1];
+    m.lse = p.lse;
+    m.num_qo_heads = plan.num_qo_heads;
+    m.head_dim = plan.head_dim;
+    m.group = p.group;
+    m.total_qo = static_cast<int>(plan.total_qo);
+    kernels::launch_split_merge(plan.dtype, m, stream);
+  }
 }
 
 }  // namespace
@@ -163,11 +178,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);
 
-  // WorkItem::num_chunks is 16 bits: kMaxSplitChunks bounds the split whatever the caller asks.
-  const int max_splits =
-      inputs.max_num_splits > 0 ? std::min(inputs.max_num_splits, kMaxSplitChunks) : kMaxSplitChunks;
   int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
-                                       kMinChunkKeys, max_splits);
+                                       kMinChunkKeys, inputs.max_num_splits);
   // The wgmma prefill kernel runs whole key ranges (its items never need the split merge).
   if (kernel.family == kernels::Family::kPrefillSm90) kv_chunk = 0;
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
@@ -181,22 +193,21 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   }
   GQ_CHECK(list.items.size() <= kMaxWorkItems, "plan: ", list.items.size(), " work items exceed the limit of ",
            kMaxWorkItems, " (split the batch)");
-  GQ_CHECK(static_cast<size_t>(list.merge_groups) <= kMaxMergeGroups, "plan: ", list.merge_groups,
-           " split groups exceed the limit of ", kMaxMergeGroups, " (split the batch)");
+  GQ_CHECK(static_cast<size_t>(plan.batch) <= kMaxRequests, "plan: batch ", plan.batch, " exceeds ", kMaxRequests);
 
   plan.kernel_id = kernel.id;
   plan.cta_rows = kernel.cta_rows;
   plan.kv_chunk = kv_chunk;
   plan.num_work = static_cast<int>(list.items.size());
   plan.max_splits = list.max_splits;
-  // In CUDA-graph mode the grid is fixed and CTAs loop over the work list (split or not, the
-  // merge happens inside the kernel), so a replay is right for any later plan.
+  // In CUDA-graph mode the grid is fixed and CTAs loop over the work list, and the merge kernel
+  // always runs (it skips unsplit requests), so a replay is right for any later plan.
   plan.num_ctas = inputs.enable_cuda_graph ? target_ctas : plan.num_work;
-  plan.split = list.split;
+  plan.split = list.split || inputs.enable_cuda_graph;
   char* base = static_cast<char*>(workspace.data);
   plan.d_header = base + layout.header;
   plan.d_work = base + layout.work;
-  plan.d_merge_counters = base + layout.merge_counters;
+  plan.d_requests = base + layout.requests;
   plan.d_partial_lse = reinterpret_cast<float*>(base + layout.partial_lse);
   plan.d_partial_o = reinterpret_cast<float*>(base + layout.partial_o);
   plan.workspace_bytes_used = layout.partial_o + static_cast<size_t>(list.partial_rows) * plan.head_dim * sizeof(float);
@@ -208,10 +219,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   if (!list.items.empty())
     GQ_CUDA_CHECK(cudaMemcpyAsync(plan.d_work, list.items.data(), list.items.size() * sizeof(WorkItem),
                                   cudaMemcpyHostToDevice, s));
-  // Every group's arrival counter starts at 0; the group's last CTA leaves it at 0 again, so the
-  // plan can be run any number of times (and replayed in a graph) without another clear.
-  if (list.merge_groups > 0)
-    GQ_CUDA_CHECK(cudaMemsetAsync(plan.d_merge_counters, 0, list.merge_groups * sizeof(unsigned int), s));
+  if (!list.requests.empty())
+    GQ_CUDA_CHECK(cudaMemcpyAsync(plan.d_requests, list.requests.data(),
+                                  list.requests.size() * sizeof(MergeRequest), cudaMemcpyHostToDevice, s));
 }
 
 void decode_run(const Plan& plan, const DecodeArgs& args, void* stream) {

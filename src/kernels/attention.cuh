@@ -7,9 +7,7 @@
 // group. K/V tiles stream through a cp.async pipeline kStages deep; pages are resolved per key
 // row, so any page size and either layout works. Warps split the rows (kWarpsM) and each tile's
 // keys (kWarpsKV); their online-softmax states are merged in shared memory at the end, and the
-// result goes to o. A split-KV chunk writes fp32 partial rows instead and arrives on its merge
-// group's counter; the group's last CTA merges every chunk into o (split_arrive_and_merge), so a
-// split needs no second launch.
+// result goes to o (or, for a split-KV chunk, to the fp32 partial buffer merged later).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,116 +41,6 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * HeadDim + ((chunk ^ (row & 7)) << 3);
 }
 
-// The split-KV arrival and merge, run by all kThreads threads of a CTA once they have written the
-// partial rows of work item w = work[item] (w.partial_base >= 0) for its tile_rows real packed
-// rows. The CTA arrives on its merge group's counter; the last of the group's num_chunks CTAs to
-// arrive merges every chunk's partial rows, in chunk order 0 .. num_chunks - 1 whichever CTA it
-// is (so the result is bitwise deterministic), into o and lse, writing only the real rows. The
-// counter wraps back to 0 for the next run of the plan. `smem` receives tile_rows MergeStates
-// (8 bytes each): the caller's shared data must be dead by the call.
-//
-// Memory ordering (PTX memory model), writer CTAs -> the last CTA:
-//   - every thread stores its partial rows, then bar.sync; thread 0 then runs __threadfence()
-//     (fence.sc.gpu) and the atomicInc (relaxed, gpu scope). Fence + atomic in one thread are a
-//     release pattern, and the barrier orders every thread's stores before the fence, which is
-//     cumulative: all the CTA's partial rows are released by thread 0's atomic. (A fence in each
-//     thread before the barrier would not be a release pattern with thread 0's atomic.)
-//   - the last CTA's thread 0 reads, through the counter's read-modify-write chain, the values of
-//     every other chunk's atomic, then runs __threadfence(): an acquire pattern that synchronises
-//     with each writer's release. __syncthreads_or passes that on to all threads of the CTA,
-//     which read the partial rows with ld.global.cg (L2; no L1 line from an earlier run survives).
-//   - the counter is reset by atomicInc's wrap (old == num_chunks - 1 stores 0); only the group's
-//     own items touch it, each once per run, and the next run is a later kernel.
-template <typename T, int HeadDim, int kThreads>
-__device__ __forceinline__ void split_arrive_and_merge(const AttentionParams& p, const WorkItem& w, int item,
-                                                       int tile_rows, unsigned char* smem) {
-  constexpr int kColGroups = HeadDim / 4;  // float4 column groups of a row
-  constexpr int kRowSlots = kThreads / kColGroups;
-  // Chunks whose partial rows one thread has in flight (16 bytes each) in pass 2. 16 at hd256:
-  // with it ptxas (CUDA 13.0, sm_90a) spills nothing in the hd256 kernels, 8 bytes with 8.
-  constexpr int kUnroll = HeadDim <= 128 ? 8 : 16;
-  static_assert(kThreads % 32 == 0 && kThreads % kColGroups == 0, "merge: whole warps, whole rows");
-  const int tid = threadIdx.x;
-  // The group's fields are loaded here rather than kept in registers through the attention loop
-  // (which runs at the register limit in some families).
-  const WorkItem* wp = p.work + item;
-  const int n = __ldcg(&wp->num_chunks);
-  __syncthreads();
-  int last = 0;
-  if (tid == 0) {
-    const unsigned int final_count = static_cast<unsigned int>(n - 1);
-    __threadfence();
-    last = atomicInc(p.merge_counters + __ldcg(&wp->merge_group), final_count) == final_count;
-    if (last) __threadfence();
-  }
-  if (!__syncthreads_or(last)) return;
-
-  const int group = static_cast<int>(p.group.divisor);
-  const int rows = w.qo_len * group;  // partial rows between consecutive chunks
-  const int64_t first =
-      static_cast<int64_t>(w.partial_base) - static_cast<int64_t>(__ldcg(&wp->chunk)) * rows + w.row_begin;
-  prims::MergeState* s_state = reinterpret_cast<prims::MergeState*>(smem);
-
-  // Pass 1: each row's merged (max, sum) over the chunks' LSEs, `lanes` threads per row; the
-  // merged LSE goes out here.
-  {
-    const int lanes = min(32, 1 << (31 - __clz(kThreads / tile_rows)));
-    const int r = tid / lanes;
-    const bool valid = r < tile_rows;
-    const float* lse = p.partial_lse + first + r;
-    const prims::MergeState st = prims::segment_merge_lse(
-        [&](int j) { return __ldcg(lse + static_cast<int64_t>(j) * rows); }, valid ? n : 0, lanes);
-    if (valid && (tid & (lanes - 1)) == 0) {
-      s_state[r] = st;
-      if (p.lse != nullptr) {
-        uint32_t tok, g;
-        p.group.divmod(w.row_begin + r, tok, g);
-        p.lse[(w.qo_begin + static_cast<int64_t>(tok)) * p.num_qo_heads + w.kv_head * group + g] =
-            st.lse2() * prims::kLn2;
-      }
-    }
-  }
-  __syncthreads();
-
-  // Pass 2: thread (row slot, column group) sums weight_j x O_j over the chunks in order, with
-  // kUnroll chunks' loads in flight, and writes 4 columns of o.
-  const int cg = tid % kColGroups;
-  const int64_t chunk_step = static_cast<int64_t>(rows) * kColGroups;  // float4s between chunks
-  for (int r = tid / kColGroups; r < tile_rows; r += kRowSlots) {
-    const prims::MergeState st = s_state[r];
-    const float* lse = p.partial_lse + first + r;
-    const float4* part = reinterpret_cast<const float4*>(p.partial_o + (first + r) * HeadDim) + cg;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int j0 = 0; j0 < n; j0 += kUnroll) {
-      float l[kUnroll];
-      float4 o[kUnroll];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int j = j0 + k;
-        l[k] = j < n ? __ldcg(lse + static_cast<int64_t>(j) * rows) : prims::kNegInf;
-        o[k] = j < n ? __ldcg(part + j * chunk_step) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const float wt = prims::merge_weight(st, l[k]);  // 0 past the last chunk and for empty chunks
-        acc.x = fmaf(wt, o[k].x, acc.x);
-        acc.y = fmaf(wt, o[k].y, acc.y);
-        acc.z = fmaf(wt, o[k].z, acc.z);
-        acc.w = fmaf(wt, o[k].w, acc.w);
-      }
-    }
-    const float inv = st.inv_sum();
-    uint32_t tok, g;
-    p.group.divmod(w.row_begin + r, tok, g);
-    const int64_t token = w.qo_begin + static_cast<int64_t>(tok);
-    const int head = w.kv_head * group + g;
-    uint2 packed;
-    packed.x = prims::pack2<T>(acc.x * inv, acc.y * inv);
-    packed.y = prims::pack2<T>(acc.z * inv, acc.w * inv);
-    *reinterpret_cast<uint2*>(static_cast<T*>(p.o) + token * p.o_stride_n + head * p.o_stride_h + cg * 4) = packed;
-  }
-}
-
 template <typename T, int HeadDim, Family F>
 __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
     attention_kernel(const AttentionParams p) {
@@ -170,7 +58,6 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   constexpr int kEpiStride = Shape::kEpiStride;
   constexpr int kMT = Cfg::kMTiles;  // 16-row MMA tiles per warp
   constexpr int kWarpRows = Shape::kWarpRows;
-  static_assert(kCtaRows <= kThreads, "the split merge gives each row at least one thread");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* s_q = reinterpret_cast<T*>(smem);
@@ -459,8 +346,6 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
         if (c == 0) p.partial_lse[prow] = lse2;
       }
     }
-    if (w.partial_base >= 0)
-      split_arrive_and_merge<T, HeadDim, kThreads>(p, w, item, min(kCtaRows, rows - w.row_begin), smem);
     __syncthreads();
   }
 }

@@ -24,12 +24,8 @@ struct AttentionParams {
   void* o = nullptr;
   int64_t o_stride_n = 0, o_stride_h = 0;
   float* lse = nullptr;  // optional, [tokens, num_qo_heads]
-  // Split-KV (workspace): fp32 partial rows [rows][head_dim] and their base-2 LSEs, and one
-  // arrival counter per merge group (zero between runs: plan() clears them, the last CTA of a
-  // group resets its own).
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
-  unsigned int* merge_counters = nullptr;
   const WorkItem* work = nullptr;
   const PlanHeader* header = nullptr;
   int num_qo_heads = 0;
@@ -39,12 +35,29 @@ struct AttentionParams {
   int causal = 0;
 };
 
+// Split-KV merge: partial rows -> o / lse.
+struct SplitMergeParams {
+  const float* partial_o = nullptr;
+  const float* partial_lse = nullptr;
+  const MergeRequest* requests = nullptr;
+  const PlanHeader* header = nullptr;
+  void* o = nullptr;
+  int64_t o_stride_n = 0, o_stride_h = 0;
+  float* lse = nullptr;
+  int num_qo_heads = 0;
+  int head_dim = 0;
+  FastDivmod group;
+  int total_qo = 0;
+};
+
 template <DType kDType, int HeadDim, Family F>
 struct AttentionKernel {
   static void launch(const AttentionParams& params, int num_ctas, void* stream);
   // Resident CTAs per SM for this kernel (from the occupancy calculator).
   static int ctas_per_sm();
 };
+
+void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream);
 
 struct MergeStatesParams {
   const void* v = nullptr;

@@ -1,6 +1,6 @@
-// The public merge_states operation: user-provided partial states (v, s) -> merged (v, s), folded
-// through prims::MergeState like the split-KV merge inside the attention kernel (attention.cuh).
-// Layer: src/kernels (kernel + its host launcher).
+// Merging partial attention states: the split-KV merge after a split plan, and the public
+// merge_states operation. Both fold (o, lse) pairs through prims::MergeState.
+// Layer: src/kernels (kernels + their host launchers).
 #include <cuda_runtime.h>
 
 #include "kernels/launch.h"
@@ -13,6 +13,74 @@ namespace {
 
 constexpr int kMergeWarps = 4;  // merge_states: warps per block, each merging one (n, head) row
 
+template <typename T>
+__device__ __forceinline__ T* typed(void* p) {
+  return static_cast<T*>(p);
+}
+
+constexpr int kSplitMergeThreads = 128;
+
+// One block per (query token, query head): finds the token's request, and if that request was
+// split, merges its chunks' partial rows into o / lse. Thread t takes float4 column group
+// t % (head_dim / 4) of chunks t / (head_dim / 4), t / (head_dim / 4) + lanes, ... so a block has
+// many independent chunk loads in flight (ncu on the H200: one warp per row spent 30 us merging
+// 32 chunks for batch 1, the attention itself 38 us).
+template <typename T>
+__global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const SplitMergeParams p) {
+  const int token = blockIdx.x / p.num_qo_heads;
+  const int head = blockIdx.x % p.num_qo_heads;
+  // Requests are sorted by qo_begin: binary search for the last one starting at or before token.
+  int lo = 0, hi = p.header->batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.requests[mid].qo_begin <= token) lo = mid; else hi = mid - 1;
+  }
+  const MergeRequest req = p.requests[lo];
+  if (req.num_chunks <= 1 || token >= req.qo_begin + req.qo_len) return;  // uniform per block
+  const int group = static_cast<int>(p.group.divisor);
+  const int64_t rows = static_cast<int64_t>(req.qo_len) * group;
+  const int64_t packed = static_cast<int64_t>(token - req.qo_begin) * group + head % group;
+  const int64_t first = req.partial_base + static_cast<int64_t>(head / group) * req.num_chunks * rows + packed;
+
+  // Pass 1 (each warp, redundantly): the merged max and sum. Pass 2: the weighted sum.
+  const prims::MergeState state = prims::warp_merge_lse(p.partial_lse + first, rows, req.num_chunks, 1.f);
+  const int col_groups = p.head_dim / 4;
+  const int lanes = kSplitMergeThreads / col_groups;
+  const int cg = threadIdx.x % col_groups;
+  const int cl = threadIdx.x / col_groups;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int c = cl; c < req.num_chunks; c += lanes) {
+    const int64_t prow = first + c * rows;
+    const float w = prims::merge_weight(state, p.partial_lse[prow]);
+    if (w == 0.f) continue;
+    const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
+    acc.x += w * o.x;
+    acc.y += w * o.y;
+    acc.z += w * o.z;
+    acc.w += w * o.w;
+  }
+  __shared__ float4 partial[kSplitMergeThreads];
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  if (cl != 0) return;
+  for (int l = 1; l < lanes; ++l) {
+    const float4 o = partial[l * col_groups + cg];
+    acc.x += o.x;
+    acc.y += o.y;
+    acc.z += o.z;
+    acc.w += o.w;
+  }
+  const float inv = state.inv_sum();
+  T* out = typed<T>(p.o) + token * p.o_stride_n + head * p.o_stride_h + cg * 4;
+  out[0] = prims::from_float<T>(acc.x * inv);
+  out[1] = prims::from_float<T>(acc.y * inv);
+  out[2] = prims::from_float<T>(acc.z * inv);
+  out[3] = prims::from_float<T>(acc.w * inv);
+  if (p.lse != nullptr && threadIdx.x == 0)
+    p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = state.lse2() * prims::kLn2;
+}
+
 template <typename TIn, typename TOut>
 __global__ void merge_states_kernel(const MergeStatesParams p) {
   const int row = blockIdx.x * kMergeWarps + threadIdx.x / 32;
@@ -24,8 +92,7 @@ __global__ void merge_states_kernel(const MergeStatesParams p) {
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   TOut* out = static_cast<TOut*>(p.v_out) + n * p.out_stride_n + h * p.out_stride_h;
   // Pass 1: the merged max and sum; pass 2: the weighted sum of the states, column by column.
-  const prims::MergeState state = prims::segment_merge_lse(
-      [&](int st) { return s[st * p.s_stride_s] * prims::kLog2e; }, p.num_states, 32);
+  const prims::MergeState state = prims::warp_merge_lse(s, p.s_stride_s, p.num_states, prims::kLog2e);
   const float inv = state.inv_sum();
   for (int col = lane; col < p.head_dim; col += 32) {
     float acc = 0.f;
@@ -49,6 +116,22 @@ void launch_merge_states_from(const MergeStatesParams& p, dim3 grid, dim3 block,
 }
 
 }  // namespace
+
+void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream) {
+  const int64_t rows = static_cast<int64_t>(params.total_qo) * params.num_qo_heads;
+  if (rows == 0) return;
+  GQ_CHECK(params.head_dim % 4 == 0 && kSplitMergeThreads % (params.head_dim / 4) == 0,
+           "split merge: head_dim ", params.head_dim, " must be a multiple of 4 dividing ", 4 * kSplitMergeThreads);
+  const dim3 grid(static_cast<unsigned>(rows));
+  const dim3 block(kSplitMergeThreads);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kBF16) {
+    split_merge_kernel<__nv_bfloat16><<<grid, block, 0, s>>>(params);
+  } else {
+    split_merge_kernel<__half><<<grid, block, 0, s>>>(params);
+  }
+  GQ_CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_merge_states(const MergeStatesParams& p, void* stream) {
   const int64_t rows = static_cast<int64_t>(p.n) * p.num_heads;

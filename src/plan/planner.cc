@@ -95,43 +95,44 @@ WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr
   GQ_CHECK(cta_rows > 0, "build_work_list: cta_rows must be positive");
   const int group_size = plan.num_qo_heads / plan.num_kv_heads;
   WorkList list;
+  list.requests.resize(plan.batch);
   for (int b = 0; b < plan.batch; ++b) {
     const int32_t qo_begin = plan.qo_indptr[b];
     const int32_t qo_len = plan.qo_indptr[b + 1] - qo_begin;
     const int32_t kv_len = plan.kv_len[b];
     const int64_t rows = int64_t(qo_len) * group_size;
     const int64_t tiles = ceil_div(rows, cta_rows);
-    const int64_t num_chunks = (kv_chunk > 0 && kv_len > kv_chunk) ? ceil_div(kv_len, kv_chunk) : 1;
-    GQ_CHECK(num_chunks <= kMaxSplitChunks, "build_work_list: kv_chunk ", kv_chunk, " splits ", kv_len,
-             " keys into ", num_chunks, " chunks, more than ", kMaxSplitChunks);
-    const bool split = num_chunks > 1 && rows > 0;
-    const int64_t request_base = list.partial_rows;  // partial row of (kv head 0, chunk 0, packed row 0)
-    if (split) {
+    const int num_chunks =
+        (kv_chunk > 0 && kv_len > kv_chunk) ? static_cast<int>(ceil_div(kv_len, kv_chunk)) : 1;
+    MergeRequest& req = list.requests[b];
+    req.qo_begin = qo_begin;
+    req.qo_len = qo_len;
+    req.num_chunks = num_chunks;
+    req.partial_base = -1;
+    if (num_chunks > 1 && rows > 0) {
+      req.partial_base = static_cast<int32_t>(list.partial_rows);
       list.partial_rows += int64_t(plan.num_kv_heads) * num_chunks * rows;
       list.split = true;
-      list.max_splits = std::max(list.max_splits, static_cast<int>(num_chunks));
+      list.max_splits = std::max(list.max_splits, num_chunks);
     }
     for (int h = 0; h < plan.num_kv_heads; ++h) {
       // Causal prefill: the last row tiles see the most keys; listing them first lets the
       // heaviest CTAs start in the first wave.
       for (int64_t ti = tiles - 1; ti >= 0; --ti) {
-        const int32_t group = split ? list.merge_groups++ : -1;
         for (int c = 0; c < num_chunks; ++c) {
           WorkItem w{};
           w.request = b;
           w.kv_head = h;
           w.row_begin = static_cast<int32_t>(ti * cta_rows);
-          w.kv_begin = split ? c * kv_chunk : 0;
-          w.kv_end = split ? std::min(kv_len, (c + 1) * kv_chunk) : kv_len;
+          w.kv_begin = num_chunks > 1 ? c * kv_chunk : 0;
+          w.kv_end = num_chunks > 1 ? std::min(kv_len, (c + 1) * kv_chunk) : kv_len;
           w.qo_begin = qo_begin;
           w.qo_len = qo_len;
           w.kv_len = kv_len;
           w.page_begin = kv_indptr[b];
-          w.partial_base =
-              split ? static_cast<int32_t>(request_base + (int64_t(h) * num_chunks + c) * rows) : -1;
-          w.merge_group = group;
-          w.chunk = static_cast<int16_t>(split ? c : 0);
-          w.num_chunks = static_cast<int16_t>(split ? num_chunks : 1);
+          w.partial_base = num_chunks > 1
+                               ? static_cast<int32_t>(req.partial_base + (int64_t(h) * num_chunks + c) * rows)
+                               : -1;
           list.items.push_back(w);
         }
       }

@@ -28,16 +28,14 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
 
 struct WorkList {
   std::vector<WorkItem> items;
+  std::vector<MergeRequest> requests;
   int64_t partial_rows = 0;  // fp32 partial rows needed
-  int32_t merge_groups = 0;  // split (request, kv head, row tile) groups: arrival counters needed
   int max_splits = 1;
   bool split = false;
 };
 
 // Builds the work list for a plan whose kernel processes `cta_rows` packed rows per CTA.
-// kv_indptr is the plan input's (page indptr for paged, token indptr for ragged). The chunks of
-// one merge group are listed one after another, in chunk order, with merge_group numbered 0, 1, ...
-// Throws when kv_chunk would split a request into more than kMaxSplitChunks chunks.
+// kv_indptr is the plan input's (page indptr for paged, token indptr for ragged).
 WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows,
                          int kv_chunk);
 

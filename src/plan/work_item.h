@@ -9,12 +9,6 @@ namespace gqattn {
 // One CTA's share of the attention: packed query rows [row_begin, row_begin + cta_rows) of one
 // request and one K/V head, against keys [kv_begin, kv_end). A packed row r is query token
 // r / group_size of the request and query head kv_head * group_size + r % group_size.
-//
-// Split-KV: when a request's keys are split into num_chunks chunks, the items of one (request,
-// K/V head, row tile) form a merge group. Each writes fp32 partial rows (O normalised, LSE in
-// base 2) and arrives on the group's counter; the last to arrive merges all the group's chunks
-// into o. Chunk c's partial row of packed row r is partial_base + (c - chunk) * rows + r, where
-// rows = qo_len * group_size (the chunks of one request and K/V head lie `rows` apart).
 struct WorkItem {
   int32_t request;
   int32_t kv_head;
@@ -25,15 +19,19 @@ struct WorkItem {
   int32_t qo_len;        // query tokens of the request
   int32_t kv_len;        // keys of the request (for the causal offset)
   int32_t page_begin;    // paged: first entry of the request in kv_page_indices; ragged: kv_indptr[b]
-  int32_t partial_base;  // -1: not split, write o directly; else partial row of packed row 0 of this chunk
-  int32_t merge_group;   // split: the group's arrival counter in the workspace; else -1
-  int16_t chunk;         // split: this item's chunk, 0 .. num_chunks - 1; else 0
-  int16_t num_chunks;    // chunks of the group (1: not split)
+  int32_t partial_base;  // -1: write o directly; else partial row of packed row 0 of this chunk
+  int32_t pad0;
+  int32_t pad1;
 };
 static_assert(sizeof(WorkItem) == 48, "WorkItem is read as three 16-byte vectors");
 
-// Most chunks one request's keys are split into (WorkItem::num_chunks is 16 bits).
-constexpr int kMaxSplitChunks = 32767;
+// Per-request merge information for split-KV (read by the merge kernel).
+struct MergeRequest {
+  int32_t qo_begin;
+  int32_t qo_len;
+  int32_t num_chunks;    // <= 1: not split, nothing to merge
+  int32_t partial_base;  // partial row of (kv head 0, chunk 0, packed row 0)
+};
 
 // Workspace header (first bytes of the workspace).
 struct PlanHeader {

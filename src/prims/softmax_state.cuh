@@ -1,5 +1,4 @@
-// The online-softmax state shared by the attention kernel (its warps' states and the split-KV
-// merge of its last CTA) and merge_states.
+// The online-softmax state shared by the attention kernel, the split-KV merge and merge_states.
 // Layer: src/prims (device only). Logits are in base 2 (the scale and log2(e) folded in); an empty
 // state has m = -inf and d = 0, and no operation on it produces NaN.
 #pragma once
@@ -50,20 +49,17 @@ struct MergeState {
   __device__ __forceinline__ float lse2() const { return d > 0.f ? m + log2f(d) : kNegInf; }
 };
 
-// The merged state of n partial LSEs, computed by a segment of `lanes` consecutive lanes of a warp
-// (a power of two, 1..32, dividing the warp into equal segments; every lane of the warp must call
-// it): lane i of the segment folds partials i, i + lanes, ..., then the segment combines its lanes
-// through shuffles, so every lane returns the same state. lse_of(i) returns partial i's LSE in
-// base 2. The order of the folds depends only on n and lanes, so the result is deterministic.
-template <typename LseOf>
-__device__ __forceinline__ MergeState segment_merge_lse(LseOf lse_of, int n, int lanes) {
+// The merged state of n partial LSEs (base 2 after multiplying by lse_scale) at lse[i * stride],
+// computed by a whole warp: lanes take every 32nd partial, then combine through shuffles.
+__device__ __forceinline__ MergeState warp_merge_lse(const float* lse, int64_t stride, int n, float lse_scale) {
+  const int lane = threadIdx.x & 31;
   MergeState st;
-#pragma unroll 4
-  for (int i = threadIdx.x & (lanes - 1); i < n; i += lanes) {
+  for (int i = lane; i < n; i += 32) {
     float old_scale, weight;
-    st.add(lse_of(i), old_scale, weight);
+    st.add(lse[i * stride] * lse_scale, old_scale, weight);
   }
-  for (int offset = lanes >> 1; offset > 0; offset >>= 1) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
     MergeState other;
     other.m = __shfl_xor_sync(0xffffffffu, st.m, offset);
     other.d = __shfl_xor_sync(0xffffffffu, st.d, offset);

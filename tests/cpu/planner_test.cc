@@ -105,18 +105,14 @@ TEST(ChooseKvChunk, SplittingDisabledOrPointless) {
 // ---- build_work_list ---------------------------------------------------------------------------
 
 // Checks that the work list covers each (request, kv head, row tile) exactly once per chunk,
-// that each tile's chunks tile [0, kv_len) without overlap, that partial rows are disjoint, and
-// that a split tile's chunks form one merge group: listed together in chunk order, one counter,
-// partial rows `rows` apart.
+// that each tile's chunks tile [0, kv_len) without overlap, and that partial rows are disjoint.
 void check_coverage(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows, int kv_chunk) {
   const plan::WorkList list = plan::build_work_list(plan, kv_indptr, cta_rows, kv_chunk);
   const int group = plan.num_qo_heads / plan.num_kv_heads;
   std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> chunks;
   std::set<int64_t> partial_rows;
-  std::set<int32_t> merge_groups;
   int64_t expected_items = 0;
-  for (size_t i = 0; i < list.items.size(); ++i) {
-    const WorkItem& w = list.items[i];
+  for (const WorkItem& w : list.items) {
     ASSERT_GE(w.request, 0);
     ASSERT_LT(w.request, plan.batch);
     const int b = w.request;
@@ -138,34 +134,8 @@ void check_coverage(const Plan& plan, const std::vector<int32_t>& kv_indptr, int
         EXPECT_LT(row, list.partial_rows);
         EXPECT_TRUE(partial_rows.insert(row).second) << "partial row " << row << " written twice";
       }
-      ASSERT_GE(w.merge_group, 0);
-      EXPECT_LT(w.merge_group, list.merge_groups);
-      ASSERT_GE(w.num_chunks, 2);
-      ASSERT_GE(w.chunk, 0);
-      ASSERT_LT(w.chunk, w.num_chunks);
-      EXPECT_EQ(w.kv_begin, w.chunk * kv_chunk);
-      EXPECT_LE(w.num_chunks, list.max_splits);
-      // The group's items are consecutive, chunk 0 first, and agree on everything but the chunk.
-      const size_t first = i - w.chunk;
-      ASSERT_LE(first + w.num_chunks, list.items.size());
-      for (int c = 0; c < w.num_chunks; ++c) {
-        const WorkItem& x = list.items[first + c];
-        EXPECT_EQ(x.chunk, c);
-        EXPECT_EQ(x.merge_group, w.merge_group);
-        EXPECT_EQ(x.num_chunks, w.num_chunks);
-        EXPECT_EQ(x.request, w.request);
-        EXPECT_EQ(x.kv_head, w.kv_head);
-        EXPECT_EQ(x.row_begin, w.row_begin);
-        EXPECT_EQ(int64_t(x.partial_base) - int64_t(w.partial_base), int64_t(c - w.chunk) * rows);
-      }
-      if (w.chunk == 0) { EXPECT_TRUE(merge_groups.insert(w.merge_group).second) << "merge group shared"; }
-    } else {
-      EXPECT_EQ(w.merge_group, -1);
-      EXPECT_EQ(w.chunk, 0);
-      EXPECT_EQ(w.num_chunks, 1);
     }
   }
-  EXPECT_EQ(int64_t(merge_groups.size()), int64_t(list.merge_groups));
   for (int b = 0; b < plan.batch; ++b) {
     const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group;
     const int tiles = (rows + cta_rows - 1) / cta_rows;
@@ -187,11 +157,19 @@ void check_coverage(const Plan& plan, const std::vector<int32_t>& kv_indptr, int
         expected_items += int64_t(c.size());
       }
     }
-    // A request split into several chunks writes partial rows (checked per item above).
-    const size_t n = tiles > 0 && plan.num_kv_heads > 0 ? chunks[{b, 0, 0}].size() : 0;
-    if (n > 1) {
-      EXPECT_TRUE(list.split);
-      EXPECT_GE(size_t(list.max_splits), n);
+    // Merge information: a request split into several chunks has its partial rows.
+    const MergeRequest& m = list.requests[b];
+    EXPECT_EQ(m.qo_begin, plan.qo_indptr[b]);
+    EXPECT_EQ(m.qo_len, plan.qo_indptr[b + 1] - plan.qo_indptr[b]);
+    if (tiles > 0 && plan.num_kv_heads > 0) {
+      const size_t n = chunks[{b, 0, 0}].size();
+      EXPECT_EQ(m.num_chunks <= 1, n <= 1);
+      if (n > 1) {
+        EXPECT_EQ(size_t(m.num_chunks), n);
+        EXPECT_TRUE(list.split);
+        EXPECT_GE(list.max_splits, m.num_chunks);
+        EXPECT_GE(m.partial_base, 0);
+      }
     }
   }
   EXPECT_EQ(int64_t(list.items.size()), expected_items) << "an item was listed twice";
@@ -228,30 +206,12 @@ TEST(BuildWorkList, PrefillCoverageWithEmptyRequests) {
       check_coverage(plan, in.kv_indptr, cta_rows, kv_chunk);
 }
 
-// WorkItem::num_chunks is 16 bits: a chunk size that splits a request further is an error.
-TEST(BuildWorkList, TooManyChunksIsAnError) {
-  PlanInputs in;
-  in.device = Device::kCPU;
-  in.num_qo_heads = 8;
-  in.num_kv_heads = 8;
-  in.head_dim = 128;
-  in.page_size = 0;
-  in.qo_indptr = {0, 1};
-  in.kv_indptr = {0, 64 * (kMaxSplitChunks + 1)};
-  const Plan plan = plan::describe(in, false);
-  EXPECT_THROW(plan::build_work_list(plan, in.kv_indptr, 16, 64), Error);
-  const plan::WorkList list = plan::build_work_list(plan, in.kv_indptr, 16, 128);
-  EXPECT_EQ(list.max_splits, (kMaxSplitChunks + 1) / 2);
-  EXPECT_EQ(list.merge_groups, 8);
-}
-
 TEST(BuildWorkList, NoSplitMeansDirectOutput) {
   PlanInputs in = paged_inputs({500, 20}, 16, 32, 8);
   const Plan plan = plan::describe(in, true);
   const plan::WorkList list = plan::build_work_list(plan, in.kv_indptr, 16, 0);
   EXPECT_FALSE(list.split);
   EXPECT_EQ(list.partial_rows, 0);
-  EXPECT_EQ(list.merge_groups, 0);
   for (const WorkItem& w : list.items) EXPECT_EQ(w.partial_base, -1);
   EXPECT_EQ(list.items.size(), size_t(2 * 8));  // 2 requests x 8 kv heads x 1 tile (4 rows)
 }
