@@ -41,6 +41,37 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * HeadDim + ((chunk ^ (row & 7)) << 3);
 }
 
+// The keys that one CTA's rows of a work item need. Packed row r sees keys
+// [0, causal_base + r / group) under the causal mask (aligned to the end of the request's keys).
+struct ItemKeys {
+  int rows;          // packed rows of the request (qo_len x group)
+  int causal_base;
+  int kv_stop;       // no row of the CTA sees a key at or past this
+  int all_rows_see;  // every row of the CTA sees all keys before this
+  int num_tiles;     // kv_tile-key tiles from kv_begin that reach kv_stop
+
+  // One past the last key that packed row r may see within the item's chunk.
+  __device__ __forceinline__ int row_limit(const WorkItem& w, const AttentionParams& p, int r) const {
+    return p.causal ? min(w.kv_end, causal_base + static_cast<int>(p.group.div(r))) : w.kv_end;
+  }
+};
+
+__device__ __forceinline__ ItemKeys item_keys(const WorkItem& w, const AttentionParams& p, int cta_rows,
+                                              int kv_tile) {
+  ItemKeys k;
+  k.rows = w.qo_len * static_cast<int>(p.group.divisor);
+  k.causal_base = w.kv_len - w.qo_len + 1;
+  k.kv_stop = w.kv_end;
+  k.all_rows_see = w.kv_end;
+  if (p.causal) {
+    const int last_row = min(w.row_begin + cta_rows, k.rows) - 1;
+    k.kv_stop = min(k.kv_stop, k.causal_base + static_cast<int>(p.group.div(last_row)));
+    k.all_rows_see = min(k.all_rows_see, k.causal_base + static_cast<int>(p.group.div(w.row_begin)));
+  }
+  k.num_tiles = k.kv_stop > w.kv_begin ? (k.kv_stop - w.kv_begin + kv_tile - 1) / kv_tile : 0;
+  return k;
+}
+
 template <typename T, int HeadDim, Family F>
 __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
     attention_kernel(const AttentionParams p) {
@@ -79,17 +110,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
 
   for (int item = blockIdx.x; item < num_work; item += gridDim.x) {
     const WorkItem w = p.work[item];
-    const int rows = w.qo_len * group;
-    const int last_row = min(w.row_begin + kCtaRows, rows) - 1;
-    // Packed row r sees keys [0, causal_base + r / group) under the causal mask.
-    const int causal_base = w.kv_len - w.qo_len + 1;
-    int kv_stop = w.kv_end;          // no row of this CTA sees a key at or past this
-    int all_rows_see = w.kv_end;     // every row of this CTA sees all keys before this
-    if (p.causal) {
-      kv_stop = min(kv_stop, causal_base + static_cast<int>(p.group.div(last_row)));
-      all_rows_see = min(all_rows_see, causal_base + static_cast<int>(p.group.div(w.row_begin)));
-    }
-    const int num_tiles = kv_stop > w.kv_begin ? (kv_stop - w.kv_begin + kKVTile - 1) / kKVTile : 0;
+    const ItemKeys keys = item_keys(w, p, kCtaRows, kKVTile);
+    const int rows = keys.rows;
+    const int kv_stop = keys.kv_stop;
+    const int num_tiles = keys.num_tiles;
 
     int row_limit[kMT][2];
 #pragma unroll
@@ -97,8 +121,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = w.row_begin + wm * kWarpRows + mt * 16 + (lane >> 2) + i * 8;
-        row_limit[mt][i] =
-            p.causal ? min(w.kv_end, causal_base + static_cast<int>(p.group.div(r))) : w.kv_end;
+        row_limit[mt][i] = keys.row_limit(w, p, r);
       }
     }
     const bool warp_active = w.row_begin + wm * kWarpRows < rows;
@@ -213,7 +236,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
 
       // Scale to base 2, mask, and fold into the running softmax of each of this thread's rows.
       const int key0 = w.kv_begin + t * kKVTile + wk * kWarpKV + 2 * (lane & 3);
-      const bool need_mask = w.kv_begin + (t + 1) * kKVTile > all_rows_see;
+      const bool need_mask = w.kv_begin + (t + 1) * kKVTile > keys.all_rows_see;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -351,16 +374,15 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
 }
 
 // Raises one kernel's dynamic shared-memory limit once per device (plan() does it first, so a
-// run() under CUDA-graph capture makes no attribute call). One flag set per instantiation.
-template <typename T, int HeadDim, Family F>
+// run() under CUDA-graph capture makes no attribute call). One flag set per kernel.
+template <auto Kernel, int SmemBytes>
 void ensure_smem_limit() {
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
   GQ_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device & 63);
   if (done_devices.load(std::memory_order_acquire) & bit) return;
-  GQ_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, HeadDim, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     AttnShape<F, HeadDim>::kSmemBytes));
+  GQ_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemBytes));
   done_devices.fetch_or(bit, std::memory_order_acq_rel);
 }
 
@@ -369,7 +391,7 @@ void AttentionKernel<kDType, HeadDim, F>::launch(const AttentionParams& params, 
   using T = typename CudaType<kDType>::type;
   using Shape = AttnShape<F, HeadDim>;
   auto kernel = attention_kernel<T, HeadDim, F>;
-  ensure_smem_limit<T, HeadDim, F>();
+  ensure_smem_limit<attention_kernel<T, HeadDim, F>, Shape::kSmemBytes>();
   if (num_ctas <= 0) return;
   kernel<<<num_ctas, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(params);
   GQ_CUDA_CHECK(cudaGetLastError());
@@ -380,7 +402,7 @@ int AttentionKernel<kDType, HeadDim, F>::ctas_per_sm() {
   using T = typename CudaType<kDType>::type;
   using Shape = AttnShape<F, HeadDim>;
   auto kernel = attention_kernel<T, HeadDim, F>;
-  ensure_smem_limit<T, HeadDim, F>();
+  ensure_smem_limit<attention_kernel<T, HeadDim, F>, Shape::kSmemBytes>();
   int blocks = 0;
   GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
   return blocks > 0 ? blocks : 1;

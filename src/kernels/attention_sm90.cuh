@@ -84,13 +84,10 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       __syncwarp();
       sm90::named_barrier_sync(1, Shape::kThreads);
       const WorkItem w = p.work[item];
-      const int rows = w.qo_len * group;
-      int kv_stop = w.kv_end;
-      if (p.causal) {
-        const int last_row = min(w.row_begin + kCtaRows, rows) - 1;
-        kv_stop = min(kv_stop, w.kv_len - w.qo_len + 1 + static_cast<int>(p.group.div(last_row)));
-      }
-      const int num_tiles = kv_stop > w.kv_begin ? (kv_stop - w.kv_begin + kTile - 1) / kTile : 0;
+      const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
+      const int rows = keys.rows;
+      const int kv_stop = keys.kv_stop;
+      const int num_tiles = keys.num_tiles;
 
 #pragma unroll
       for (int i = 0; i < kQPasses; ++i) {
@@ -167,22 +164,13 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     __syncwarp();  // the epilogue's row guard may have split the warp
     sm90::named_barrier_sync(1, Shape::kThreads);
     const WorkItem w = p.work[item];
-    const int rows = w.qo_len * group;
-    const int causal_base = w.kv_len - w.qo_len + 1;
-    int kv_stop = w.kv_end;       // no row of the CTA sees a key at or past this
-    int all_rows_see = w.kv_end;  // every row of the CTA sees all keys before this
-    if (p.causal) {
-      const int last_row = min(w.row_begin + kCtaRows, rows) - 1;
-      kv_stop = min(kv_stop, causal_base + static_cast<int>(p.group.div(last_row)));
-      all_rows_see = min(all_rows_see, causal_base + static_cast<int>(p.group.div(w.row_begin)));
-    }
-    const int num_tiles = kv_stop > w.kv_begin ? (kv_stop - w.kv_begin + kTile - 1) / kTile : 0;
+    const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
+    const int rows = keys.rows;
+    const int num_tiles = keys.num_tiles;
+    const int all_rows_see = keys.all_rows_see;
     int row_limit[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8;
-      row_limit[i] = p.causal ? min(w.kv_end, causal_base + static_cast<int>(p.group.div(r))) : w.kv_end;
-    }
+    for (int i = 0; i < 2; ++i) row_limit[i] = keys.row_limit(w, p, w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8);
 
     float o_acc[HeadDim / 2];
 #pragma unroll
@@ -369,25 +357,15 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 template <typename T, int HeadDim>
 struct Sm90Prefill {
   using Shape = AttnShape<Family::kPrefillSm90, HeadDim>;
-  static void ensure_smem_limit() {
-    static std::atomic<uint64_t> done_devices{0};
-    int device = 0;
-    GQ_CUDA_CHECK(cudaGetDevice(&device));
-    const uint64_t bit = uint64_t(1) << (device & 63);
-    if (done_devices.load(std::memory_order_acquire) & bit) return;
-    GQ_CUDA_CHECK(cudaFuncSetAttribute(attention_sm90_kernel<T, HeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Shape::kSmemBytes));
-    done_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
   static void launch(const AttentionParams& params, int num_ctas, void* stream) {
-    ensure_smem_limit();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim>, Shape::kSmemBytes>();
     if (num_ctas <= 0) return;
     attention_sm90_kernel<T, HeadDim>
         <<<num_ctas, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(params);
     GQ_CUDA_CHECK(cudaGetLastError());
   }
   static int ctas_per_sm() {
-    ensure_smem_limit();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim>, Shape::kSmemBytes>();
     int blocks = 0;
     GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim>,
                                                                 Shape::kThreads, Shape::kSmemBytes));
