@@ -437,6 +437,17 @@ def _workspace_for(x: Any) -> Any:
     return make_workspace(f"cuda:{device[1]}")
 
 
+def _release_after(workspace: Any, stream: Any) -> None:
+    """A functional call's temporary torch workspace is freed when the call returns. On the current
+    stream that is safe (torch's allocator orders reuse on it); with an explicit `stream`, record
+    that stream on the workspace so the allocator waits for the kernels still reading it."""
+    torch = _torch_module()
+    if stream is None or torch is None or not isinstance(workspace, torch.Tensor) or not workspace.is_cuda:
+        return
+    ptr = _stream_int(stream, _device_of(workspace))
+    workspace.record_stream(torch.cuda.ExternalStream(ptr, device=workspace.device))
+
+
 def _pool_dims(k_pages: Any, kv_layout: str, arg: str) -> Tuple[int, int]:
     shape = tuple(k_pages.shape)
     if len(shape) != 4:
@@ -473,11 +484,14 @@ def decode(
     batch = max(len(indptr) - 1, 0)
     if batch == 0 or tokens % batch != 0:
         raise ValueError(f"q: {tokens} tokens are not a whole number of tokens for each of {batch} requests")
-    wrapper = DecodeWrapper(_workspace_for(q))
+    workspace = _workspace_for(q)
+    wrapper = DecodeWrapper(workspace)
     wrapper.plan(indptr, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
                  qo_len=tokens // batch, dtype=_tensor_dtype(q), kv_layout=kv_layout, stream=stream)
-    return wrapper.run(q, k_pages, v_pages, kv_page_indptr, kv_page_indices, kv_last_page_len, out=out,
-                       return_lse=return_lse, sm_scale=sm_scale, stream=stream)
+    result = wrapper.run(q, k_pages, v_pages, kv_page_indptr, kv_page_indices, kv_last_page_len, out=out,
+                         return_lse=return_lse, sm_scale=sm_scale, stream=stream)
+    _release_after(workspace, stream)
+    return result
 
 
 def prefill(
@@ -508,12 +522,15 @@ def prefill(
         if len(shape) != 3:
             raise ValueError(f"k: expected 3 dims [kv_tokens, num_kv_heads, head_dim] (ragged), got {list(shape)}")
         num_kv_heads, page_size = shape[1], 0
-    wrapper = PrefillWrapper(_workspace_for(q))
+    workspace = _workspace_for(q)
+    wrapper = PrefillWrapper(workspace)
     wrapper.plan(qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, page_size=page_size,
                  kv_last_page_len=kv_last_page_len, causal=causal, dtype=_tensor_dtype(q), kv_layout=kv_layout,
                  stream=stream)
-    return wrapper.run(q, k, v, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, out=out,
-                       return_lse=return_lse, sm_scale=sm_scale, stream=stream)
+    result = wrapper.run(q, k, v, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, out=out,
+                         return_lse=return_lse, sm_scale=sm_scale, stream=stream)
+    _release_after(workspace, stream)
+    return result
 
 
 def _tensor_dtype(x: Any) -> str:

@@ -325,6 +325,27 @@ def test_gpu_side_stream():
 
 @gpu
 @needs_gpu
+def test_gpu_functional_explicit_stream_keeps_workspace():
+    """decode(..., stream=s) frees its temporary workspace on return: the allocator must not hand
+    that memory to the current stream while s still runs (record_stream). Other allocations on the
+    current stream follow at once, then s is checked."""
+    dtype, head_dim = built_gpu_variants()[0]
+    _, q, t = _decode_op_args(dtype, "cuda", head_dim)
+    stream = torch.cuda.Stream()
+    outs = []
+    for _ in range(4):
+        stream.wait_stream(torch.cuda.current_stream())  # the inputs and the fresh workspace are ready
+        outs.append(gqattn.decode(q, **t, stream=stream))
+        junk = torch.full((gqattn.kRecommendedWorkspaceBytes,), 255, dtype=torch.uint8, device="cuda")
+        del junk
+    stream.synchronize()
+    ref = gqattn.decode(q.cpu(), **cpu_copy(t)).float()
+    for out in outs:
+        torch.testing.assert_close(out.cpu().float(), ref, **tol(dtype))
+
+
+@gpu
+@needs_gpu
 def test_gpu_compile_fullgraph():
     torch._dynamo.reset()
     dtype, head_dim = built_gpu_variants()[0]
