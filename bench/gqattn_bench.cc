@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "api/cli_flags.h"
 #include "api/host_float.h"
 #include "api/validate.h"
 #include "bench_case.h"
@@ -68,10 +69,10 @@ Flags also take the --flag=value form. Exit code 0 on success, 2 on a bad flag, 
 case is rejected or fails.
 )";
 
-// A bad command line: printed with a hint, exit code 2.
-struct UsageError {
-  std::string message;
-};
+using cli::parse_bool01;
+using cli::parse_choice;
+using cli::parse_int;
+using cli::UsageError;
 
 struct Options {
   std::string device = "auto";
@@ -86,36 +87,10 @@ struct Options {
   BenchCase single_case;
 };
 
-int parse_int(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size() || v < INT32_MIN || v > INT32_MAX)
-    throw UsageError{flag + ": expected an integer, got '" + value + "'"};
-  return int(v);
-}
-
 DType parse_dtype(const std::string& flag, const std::string& value) {
   if (value == "bf16") return DType::kBF16;
   if (value == "fp16") return DType::kFP16;
   throw UsageError{flag + ": expected bf16 or fp16, got '" + value + "'"};
-}
-
-bool parse_bool01(const std::string& flag, const std::string& value) {
-  if (value == "0" || value == "1") return value == "1";
-  throw UsageError{flag + ": expected 0 or 1, got '" + value + "'"};
-}
-
-std::string parse_choice(const std::string& flag, const std::string& value,
-                         const std::vector<std::string>& choices) {
-  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
-  std::string all;
-  for (const auto& c : choices) all += (all.empty() ? "" : "|") + c;
-  throw UsageError{flag + ": expected " + all + ", got '" + value + "'"};
 }
 
 // Lengths that the int32 index vectors can hold (batch x tokens summed over the batch).

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/cli_flags.h"
 #include "config.h"
 #include "engine.h"
 #include "gqattn/attention.h"
@@ -72,9 +73,12 @@ Flags also take the --flag=value form. Exit code 0 on success, 2 on a bad flag, 
 configuration is impossible or the run fails.
 )";
 
-struct UsageError {
-  std::string message;
-};
+using cli::parse_bool01;
+using cli::parse_choice;
+using cli::parse_double;
+using cli::parse_int;
+using cli::parse_int64;
+using cli::UsageError;
 
 struct Options {
   std::string command;
@@ -100,50 +104,6 @@ struct Options {
   int top_k = 0;
   float top_p = 1.f;
 };
-
-int64_t parse_int64(const std::string& flag, const std::string& value, int64_t lo, int64_t hi) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size()) throw UsageError{flag + ": expected an integer, got '" + value + "'"};
-  if (v < lo || v > hi)
-    throw UsageError{flag + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + value};
-  return v;
-}
-
-int parse_int(const std::string& flag, const std::string& value, int lo = 1) {
-  return int(parse_int64(flag, value, lo, INT32_MAX));
-}
-
-double parse_double(const std::string& flag, const std::string& value, double lo) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size() || !std::isfinite(v))
-    throw UsageError{flag + ": expected a number, got '" + value + "'"};
-  if (v < lo) throw UsageError{flag + ": must be >= " + std::to_string(lo) + ", got " + value};
-  return v;
-}
-
-bool parse_bool01(const std::string& flag, const std::string& value) {
-  if (value == "0" || value == "1") return value == "1";
-  throw UsageError{flag + ": expected 0 or 1, got '" + value + "'"};
-}
-
-std::string parse_choice(const std::string& flag, const std::string& value, const std::vector<std::string>& choices) {
-  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
-  std::string all;
-  for (const auto& c : choices) all += (all.empty() ? "" : "|") + c;
-  throw UsageError{flag + ": expected " + all + ", got '" + value + "'"};
-}
 
 std::vector<int32_t> parse_token_list(const std::string& flag, const std::string& value) {
   std::vector<int32_t> out;
@@ -193,25 +153,25 @@ Options parse_args(int argc, char** argv) {
     if (flag == "--device") opt.device = parse_choice(flag, value, {"auto", "cpu", "cuda"});
     else if (flag == "--seed") opt.seed = uint64_t(parse_int64(flag, value, 0, INT64_MAX));
     else if (flag == "--weights") opt.weights = value;
-    else if (flag == "--page-size") opt.page_size = parse_int(flag, value);
+    else if (flag == "--page-size") opt.page_size = parse_int(flag, value, 1);
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
     else if (flag == "--prefix-caching") opt.prefix_caching = parse_bool01(flag, value);
     else if (flag == "--model") opt.model = parse_choice(flag, value, model_names());
-    else if (flag == "--num-kv-heads") opt.num_kv_heads = parse_int(flag, value);
+    else if (flag == "--num-kv-heads") opt.num_kv_heads = parse_int(flag, value, 1);
     else if (flag == "--attention") opt.attention = parse_choice(flag, value, attention_backend_names());
-    else if (flag == "--requests") { opt.requests = parse_int(flag, value); opt.size_given = true; }
-    else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value); opt.size_given = true; }
-    else if (flag == "--output-len") { opt.output_len = parse_int(flag, value); opt.size_given = true; }
+    else if (flag == "--requests") { opt.requests = parse_int(flag, value, 1); opt.size_given = true; }
+    else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value, 1); opt.size_given = true; }
+    else if (flag == "--output-len") { opt.output_len = parse_int(flag, value, 1); opt.size_given = true; }
     else if (flag == "--kv-pool-gib") {
       opt.kv_pool_gib = parse_double(flag, value, 0);
       if (opt.kv_pool_gib <= 0) throw UsageError{"--kv-pool-gib: must be > 0, got " + value};
     }
     else if (flag == "--csv") opt.csv = value;
-    else if (flag == "--max-num-seqs") opt.max_num_seqs = parse_int(flag, value);
-    else if (flag == "--max-num-batched-tokens") opt.max_num_batched_tokens = parse_int(flag, value);
+    else if (flag == "--max-num-seqs") opt.max_num_seqs = parse_int(flag, value, 1);
+    else if (flag == "--max-num-batched-tokens") opt.max_num_batched_tokens = parse_int(flag, value, 1);
     else if (flag == "--bandwidth-gbps") opt.bandwidth_gbps = parse_double(flag, value, 1e-9);
     else if (flag == "--prompt") opt.prompt = parse_token_list(flag, value);
-    else if (flag == "--max-new-tokens") opt.max_new_tokens = parse_int(flag, value);
+    else if (flag == "--max-new-tokens") opt.max_new_tokens = parse_int(flag, value, 1);
     else if (flag == "--temperature") opt.temperature = float(parse_double(flag, value, 0));
     else if (flag == "--top-k") opt.top_k = parse_int(flag, value, 0);
     else if (flag == "--top-p") {
