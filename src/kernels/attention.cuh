@@ -72,6 +72,16 @@ __device__ __forceinline__ ItemKeys item_keys(const WorkItem& w, const Attention
   return k;
 }
 
+// Packed row `r` of an item is query token r / group of the request and query head
+// kv_head * group + r % group: its row of q.
+template <typename T>
+__device__ __forceinline__ const T* q_row(const AttentionParams& p, const WorkItem& w, int r) {
+  uint32_t tok, g;
+  p.group.divmod(r, tok, g);
+  return static_cast<const T*>(p.q) + (w.qo_begin + static_cast<int64_t>(tok)) * p.q_stride_n +
+         static_cast<int64_t>(w.kv_head * static_cast<int>(p.group.divisor) + static_cast<int>(g)) * p.q_stride_h;
+}
+
 template <typename T, int HeadDim, Family F>
 __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
     attention_kernel(const AttentionParams p) {
@@ -131,13 +141,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
       const int r = load_row + i * kRowsPerPass;
       const int ra = w.row_begin + r;
       const bool valid = ra < rows;
-      const T* src = q;
-      if (valid) {
-        uint32_t tok, g;
-        p.group.divmod(ra, tok, g);
-        src = q + (w.qo_begin + static_cast<int64_t>(tok)) * p.q_stride_n +
-              static_cast<int64_t>(w.kv_head * group + g) * p.q_stride_h + load_chunk * 8;
-      }
+      const T* src = valid ? q_row<T>(p, w, ra) + load_chunk * 8 : q;
       prims::cp_async_16(s_q + swizzle<HeadDim>(r, load_chunk), src, valid);
     }
     prims::cp_async_commit();

@@ -94,13 +94,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         const int r = load_row + i * kRowsPerPass;
         const int ra = w.row_begin + r;
         const bool valid = ra < rows;
-        const T* src = q;
-        if (valid) {
-          uint32_t tok, g;
-          p.group.divmod(ra, tok, g);
-          src = q + (w.qo_begin + static_cast<int64_t>(tok)) * p.q_stride_n +
-                static_cast<int64_t>(w.kv_head * group + g) * p.q_stride_h + load_chunk * 8;
-        }
+        const T* src = valid ? q_row<T>(p, w, ra) + load_chunk * 8 : q;
         prims::cp_async_16(s_q + sw128_offset<kCtaRows>(r, load_chunk), src, valid);
       }
       sm90::mbar_arrive_on_cp_async(q_full);
