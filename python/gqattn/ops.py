@@ -18,7 +18,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from . import _C
-from .wrappers import _plan_entry
+from .wrappers import _outputs, _plan_entry
 
 Tensor = torch.Tensor
 
@@ -159,14 +159,6 @@ def _require(**tensors) -> None:
                                                                      "v_merged", "s_merged")):
             raise TypeError(f"{name}: expected a torch.Tensor (the other arguments are torch tensors), "
                             f"got {type(t).__name__}")
-
-
-def _outputs(q: Tensor, out: Optional[Tensor], lse: Optional[Tensor], want_lse: bool):
-    if out is None:
-        out = torch.empty_like(q)
-    if want_lse and lse is None:
-        lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-    return out, lse
 
 
 def decode(handle: int, q: Tensor, k_pages: Tensor, v_pages: Tensor, kv_page_indptr: Tensor,

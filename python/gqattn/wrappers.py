@@ -155,6 +155,15 @@ def _empty(like: Any, shape: Sequence[int], float32: bool = False) -> Any:
     raise TypeError(f"cannot allocate an output like a {type(like).__name__}: pass out= (and lse=)")
 
 
+def _outputs(q: Any, out: Any, lse: Any, want_lse: bool) -> Tuple[Any, Any]:
+    """out (like q) and, when wanted, lse (fp32 [tokens, num_qo_heads]): the given ones or new ones."""
+    if out is None:
+        out = _empty(q, q.shape)
+    if want_lse and lse is None:
+        lse = _empty(q, q.shape[:2], float32=True)
+    return out, lse
+
+
 def _sm_scale(sm_scale: Optional[float]) -> float:
     if sm_scale is None:
         return 0.0
@@ -312,10 +321,7 @@ class DecodeWrapper(_Wrapper):
                 out, lse, want_lse, scale)
         else:
             entry = _plan_entry(self._handle)
-            if out is None:
-                out = _empty(q, q.shape)
-            if want_lse and lse is None:
-                lse = _empty(q, q.shape[:2], float32=True)
+            out, lse = _outputs(q, out, lse, want_lse)
             _C.decode_run(entry.plan, *map(_export, (q, k_pages, v_pages, kv_page_indptr, kv_page_indices,
                                                       kv_last_page_len, out, lse)),
                           kv_layout=entry.kv_layout, sm_scale=scale, stream=_stream_int(stream, _device_of(q)))
@@ -413,10 +419,7 @@ class PrefillWrapper(_Wrapper):
                     self._handle, q, qo_indptr, k, v, kv_indptr, out, lse, want_lse, self._causal, scale)
         else:
             entry = _plan_entry(self._handle)
-            if out is None:
-                out = _empty(q, q.shape)
-            if want_lse and lse is None:
-                lse = _empty(q, q.shape[:2], float32=True)
+            out, lse = _outputs(q, out, lse, want_lse)
             s = _stream_int(stream, _device_of(q))
             if self._paged:
                 _C.prefill_run_paged(entry.plan, *map(_export, (q, qo_indptr, k, v, kv_indptr, kv_page_indices,
