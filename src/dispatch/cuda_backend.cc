@@ -178,10 +178,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);
 
-  int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
-                                       kMinChunkKeys, inputs.max_num_splits);
-  // The wgmma prefill kernel runs whole key ranges (its items never need the split merge).
-  if (kernel.family == kernels::Family::kPrefillSm90) kv_chunk = 0;
+  int kv_chunk = kernel.split_kv ? plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
+                                                        kernel.kv_tile, kMinChunkKeys, inputs.max_num_splits)
+                                 : 0;
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   // Fewer, longer chunks until the partial results fit the workspace.
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {

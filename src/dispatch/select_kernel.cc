@@ -23,6 +23,7 @@ KernelChoice entry() {
   c.family = F;
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
+  c.split_kv = F != Family::kPrefillSm90;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
   return c;
@@ -71,14 +72,15 @@ const std::vector<KernelChoice>& table() {
 constexpr int kDecodeRows = AttnShape<Family::kDecode, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 
-// GQATTN_DISABLE_SM90=1 keeps Hopper on the portable prefill kernel (tests and benchmarks of
-// that path on an H200).
-bool sm90_disabled() {
-  const char* v = std::getenv("GQATTN_DISABLE_SM90");
-  return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
-}
-
 }  // namespace
+
+bool sm90_disabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("GQATTN_DISABLE_SM90");
+    return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+  }();
+  return disabled;
+}
 
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),

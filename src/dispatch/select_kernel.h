@@ -16,6 +16,7 @@ struct KernelChoice {
   kernels::Family family = kernels::Family::kDecode;
   int cta_rows = 0;  // packed query rows per work item
   int kv_tile = 0;   // keys per pipeline tile
+  bool split_kv = true;  // whether items may be key chunks merged afterwards (the wgmma kernel: no)
   void (*launch)(const kernels::AttentionParams&, int, void*) = nullptr;
   int (*ctas_per_sm)() = nullptr;
 };
@@ -26,6 +27,8 @@ struct KernelChoice {
 // (GQATTN_CUDA_ARCHS with 90a) and GQATTN_DISABLE_SM90 is not set.
 // Throws gqattn::Error naming GQATTN_HEAD_DIMS / GQATTN_DTYPES when the variant was not built.
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0);
+// Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
+bool sm90_disabled();
 // The kernel table row chosen earlier by select_kernel (for run()).
 const KernelChoice& kernel_by_id(int id);
 

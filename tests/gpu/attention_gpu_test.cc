@@ -396,9 +396,8 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
   const BuildInfo info = build_info();
   const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
   if (major * 10 + minor != 90 || !built) GTEST_SKIP() << "not an sm_90 device with sm_90a code built";
-  const char* disabled = std::getenv("GQATTN_DISABLE_SM90");
   const dispatch::KernelChoice c = dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90);
-  if (disabled != nullptr && std::strcmp(disabled, "") != 0 && std::strcmp(disabled, "0") != 0) {
+  if (dispatch::sm90_disabled()) {
     EXPECT_EQ(c.family, kernels::Family::kPrefill);
   } else {
     EXPECT_EQ(c.family, kernels::Family::kPrefillSm90);
