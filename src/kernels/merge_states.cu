@@ -52,9 +52,11 @@ __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const S
 #pragma unroll 4
   for (int c = cl; c < req.num_chunks; c += lanes) {
     const int64_t prow = first + c * rows;
+    // Every chunk wrote its partial row, so the O load is issued before the weight is known (no
+    // load-to-load dependency); an empty chunk (weight 0) adds nothing.
+    const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
     const float w = prims::merge_weight(state, p.partial_lse[prow]);
     if (w == 0.f) continue;
-    const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
     acc.x += w * o.x;
     acc.y += w * o.y;
     acc.z += w * o.z;
