@@ -47,6 +47,19 @@ Plan describe(const PlanInputs& in, bool is_decode) {
   return p;
 }
 
+bool unsplit_underfills(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
+                        int target_ctas, int min_chunk) {
+  GQ_CHECK(kv_len.size() == row_tiles.size(), "unsplit_underfills: kv_len and row_tiles differ in size");
+  int64_t items = 0;
+  bool splittable = false;
+  for (size_t b = 0; b < kv_len.size(); ++b) {
+    if (kv_len[b] == 0) continue;
+    items += static_cast<int64_t>(row_tiles[b]) * num_kv_heads;
+    splittable = splittable || kv_len[b] >= 2 * min_chunk;
+  }
+  return splittable && 2 * items < target_ctas;
+}
+
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits) {
   GQ_CHECK(kv_len.size() == row_tiles.size(), "choose_kv_chunk: kv_len and row_tiles differ in size");

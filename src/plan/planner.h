@@ -26,6 +26,13 @@ Plan describe(const PlanInputs& inputs, bool is_decode);
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits);
 
+// Whether a kernel that cannot split keys would leave the GPU mostly idle: fewer unsplit items
+// (row tiles x K/V heads) than half of `target_ctas`, while some request has enough keys
+// (>= 2 x min_chunk) for a split to spread it. Then a split-capable kernel is the better choice
+// (e.g. MQA decode with 4 draft tokens is one 128-row item per request).
+bool unsplit_underfills(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
+                        int target_ctas, int min_chunk);
+
 struct WorkList {
   std::vector<WorkItem> items;
   std::vector<MergeRequest> requests;

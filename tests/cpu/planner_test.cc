@@ -216,5 +216,23 @@ TEST(BuildWorkList, NoSplitMeansDirectOutput) {
   EXPECT_EQ(list.items.size(), size_t(2 * 8));  // 2 requests x 8 kv heads x 1 tile (4 rows)
 }
 
+TEST(UnsplitUnderfills, FewLongItemsGoToASplittingKernel) {
+  const int ctas = 132, min_chunk = 256;
+  // MQA decode with 4 draft tokens (128 packed rows): one item per request.
+  EXPECT_TRUE(plan::unsplit_underfills({32768}, {1}, 1, ctas, min_chunk));
+  EXPECT_FALSE(plan::unsplit_underfills(std::vector<int32_t>(128, 32768), std::vector<int32_t>(128, 1), 1, ctas,
+                                        min_chunk));
+  // Chunked prefill, 512 new tokens of GQA-8 over 8704 keys: 16 row tiles x 8 heads fill the GPU.
+  EXPECT_FALSE(plan::unsplit_underfills({8704}, {16}, 8, ctas, min_chunk));
+  // Too few keys for a split to spread anything.
+  EXPECT_FALSE(plan::unsplit_underfills({300}, {1}, 1, ctas, min_chunk));
+  // Empty requests count for nothing.
+  EXPECT_TRUE(plan::unsplit_underfills({0, 32768}, {5, 1}, 1, ctas, min_chunk));
+  EXPECT_FALSE(plan::unsplit_underfills({0}, {5}, 1, ctas, min_chunk));
+  // The boundary: 65 items are under half of 132, 66 are not.
+  EXPECT_TRUE(plan::unsplit_underfills({4096}, {65}, 1, ctas, min_chunk));
+  EXPECT_FALSE(plan::unsplit_underfills({4096}, {66}, 1, ctas, min_chunk));
+}
+
 }  // namespace
 }  // namespace gqattn::test
