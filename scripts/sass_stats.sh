@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# SASS statistics of the kernels in one instantiation file, without a GPU: compiles it to a cubin
+# for one architecture and counts, per kernel, the instructions, the warp-divergence checks
+# (BRA.DIV, WARPSYNC, ENDCOLLECTIVE: the compiler could not prove the warp converged, e.g. after a
+# branch on a shared-memory value), uniform-register moves, shuffles, MUFU, cp.async, wgmma and
+# TMA, plus ptxas's spills. Used to compare a change with main before spending GPU time on it
+# (docs/perf-notes.md, session 3: 4096 instructions and 48 ENDCOLLECTIVE where main had 3488 and 0).
+# Needs nvcc and nvdisasm (CUDA toolkit, or: pip install nvidia-cuda-nvdisasm; NVDISASM=path).
+# Usage: scripts/sass_stats.sh [-a sm_90a] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arch=sm_90a
+if [ "${1:-}" = "-a" ]; then arch=$2; shift 2; fi
+[ $# -ge 1 ] || { sed -n 2,9p "$0"; exit 2; }
+NVCC=${NVCC:-nvcc}
+NVDISASM=${NVDISASM:-$(command -v nvdisasm || python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/nvdisasm"))' 2>/dev/null || true)}
+[ -x "$NVDISASM" ] || { echo "sass_stats: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for src in "$@"; do
+  base=$(basename "$src" .cu)
+  # The instantiation's own GQATTN_BUILT_* define (dtype and head dim from the file name).
+  defs=$(echo "$base" | sed -E 's/.*_(bf16|fp16)_hd([0-9]+)$/-DGQATTN_BUILT_\U\1\E_HD\2=1/')
+  "$NVCC" $defs -DGQATTN_BUILT_SM90=1 -DGQATTN_WITH_CUDA=1 -Iinclude -Isrc -O3 -DNDEBUG -std=c++17 \
+    --expt-relaxed-constexpr -gencode "arch=compute_${arch#sm_},code=$arch" -cubin -Xptxas -v "$src" \
+    -o "$tmp/$base.cubin" 2> "$tmp/ptxas.txt"
+  "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
+  echo "== $src ($arch)"
+  grep -E "spill stores" "$tmp/ptxas.txt" | sed 's/^ */  ptxas: /'
+  awk '
+    /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name); order[++n] = name; next }
+    name != "" && /^[ \t]+\/\*[0-9a-f]+\*\// {
+      line = $0; sub(/^[ \t]+\/\*[0-9a-f]+\*\/[ \t]+/, "", line); sub(/^@!?U?P[0-9T] /, "", line)
+      split(line, w, /[ .;]/); op = w[1]; total[name]++
+      if (line ~ /^BRA\.DIV/) op = "BRA.DIV"
+      count[name, op]++
+    }
+    END {
+      split("BRA.DIV WARPSYNC ENDCOLLECTIVE R2UR SHFL MUFU LDGSTS HGMMA UTMALDG", ops, " ")
+      for (i = 1; i <= n; i++) {
+        k = order[i]; printf "  %s\n    instructions %d", k, total[k]
+        for (j = 1; j in ops; j++) printf "  %s %d", ops[j], count[k, ops[j]] + 0
+        printf "\n"
+      }
+    }' "$tmp/$base.sass"
+done
