@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Measures the wip/ patches on the GPU in one call: for each patch, a copy of the tree with the
-# patch applied is built (sm_90a, hd128, bf16: fast), its GPU tests run (prefill and decode, both
-# kernel paths, synccheck on the sm_90a prefill), and the sweep of the family it touches is
-# benchmarked (ours only; compare with bench/results/). Logs under $LOG_DIR/<patch>/, tarred to
-# $OUT/wip_logs.tgz. Usage (on the GPU machine): LOG_DIR=/tmp/W scripts/wip_check.sh [patch ...]
+# Measures the wip/ patches on the GPU in one call: main itself and, for each patch, a copy of the
+# tree with the patch applied are built (sm_90a, hd128, bf16: fast); the patch's GPU tests run
+# (prefill and decode, both kernel paths, synccheck on the sm_90a prefill), and the hd128 sweep of
+# the family it touches runs on main's binary and the patched one back to back, compared by
+# bench/compare.py (machines differ by up to 10%, so only an A/B inside one call counts).
+# Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
+# Usage (on the GPU machine): LOG_DIR=/tmp/W scripts/wip_check.sh [patch ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -11,6 +13,16 @@ LOG_DIR=${LOG_DIR:-/tmp/wip-logs}
 GTEST=${GQATTN_GTEST_SOURCE_DIR:-$ROOT/.deps/googletest}
 PATCHES=${*:-$(ls wip/*.patch)}
 status=0
+configure() {  # configure SRC BUILD LOG: the fast build every tree of this script uses
+  cmake -S "$1" -B "$2" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS=90a -DGQATTN_HEAD_DIMS=128 \
+    -DGQATTN_DTYPES=bf16 -DGQATTN_PYTHON=OFF -DGQATTN_GTEST_SOURCE_DIR="$GTEST" > "$3" 2>&1
+}
+main_dir=/tmp/wip-tree-main
+rm -rf "$main_dir" && mkdir -p "$main_dir" "$LOG_DIR"
+tar cf - --exclude=./build* --exclude=./.git . | tar xf - -C "$main_dir"
+configure "$main_dir" "$main_dir/build" "$LOG_DIR/main_configure.log" &&
+  cmake --build "$main_dir/build" -j "$(nproc)" --target gqattn-bench > "$LOG_DIR/main_build.log" 2>&1 ||
+  { echo "main: build failed"; exit 1; }
 for patch in $PATCHES; do
   name=$(basename "$patch" .patch)
   dir=/tmp/wip-tree-$name logs=$LOG_DIR/$name
@@ -18,8 +30,7 @@ for patch in $PATCHES; do
   tar cf - --exclude=./build* --exclude=./.git . | tar xf - -C "$dir"
   (cd "$dir" && patch -p1 < "$ROOT/$patch" > "$logs/apply.log" 2>&1) || { echo "$name: does not apply"; status=1; continue; }
   echo "=== $name ($(date +%H:%M:%S))"
-  cmake -S "$dir" -B "$dir/build" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS=90a -DGQATTN_HEAD_DIMS=128 \
-    -DGQATTN_DTYPES=bf16 -DGQATTN_PYTHON=OFF -DGQATTN_GTEST_SOURCE_DIR="$GTEST" > "$logs/configure.log" 2>&1 &&
+  configure "$dir" "$dir/build" "$logs/configure.log" &&
     cmake --build "$dir/build" -j "$(nproc)" > "$logs/build.log" 2>&1 || { echo "$name: build failed"; status=1; continue; }
   T=$dir/build/tests/gqattn_gpu_tests
   timeout 300 "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1 || status=1
@@ -29,9 +40,12 @@ for patch in $PATCHES; do
   tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
   fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode)
   awk -F, 'NR == 1 || $5 == 128' "bench/sweeps/$fam.csv" > "$logs/sweep.csv"  # the head dim this build has
+  "$main_dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/main_$fam.csv" \
+    > "$logs/bench_main.log" 2>&1 || status=1
   "$dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/ours_$fam.csv" \
     > "$logs/bench.log" 2>&1 || status=1
-  tail -3 "$logs/bench.log"
+  python3 bench/compare.py "$logs/main_$fam.csv" "$logs/ours_$fam.csv" > "$logs/compare.txt" 2>&1
+  tail -1 "$logs/compare.txt"
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/wip_logs.tgz" -C "$LOG_DIR" .
 exit $status
