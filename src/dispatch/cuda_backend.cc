@@ -169,8 +169,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   std::vector<int32_t> row_tiles(plan.batch);
   for (int b = 0; b < plan.batch; ++b)
     max_rows = std::max(max_rows, (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size);
-  dispatch::KernelChoice kernel =
-      dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, compute_capability(plan.device_id));
+  const int sm = compute_capability(plan.device_id);
+  dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm);
   const auto count_row_tiles = [&] {
     for (int b = 0; b < plan.batch; ++b) {
       const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
@@ -180,9 +180,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   count_row_tiles();
   if (!kernel.split_kv && plan::unsplit_underfills(plan.kv_len, row_tiles, plan.num_kv_heads,
                                                    num_sms(plan.device_id) * kernel.ctas_per_sm(), kMinChunkKeys)) {
-    // The wgmma kernel does not split keys: a few long items (MQA decode with 4 draft tokens at
-    // batch 1 x 32K: one CTA, 27 GB/s) go to the portable kernel, which splits them.
-    kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, /*sm=*/0);
+    // A few long items on a kernel that does not split (H200: MQA decode with 4 draft tokens at
+    // batch 1 x 32K ran on one CTA of the wgmma kernel at 27 GB/s): a kernel that splits.
+    kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm, /*need_split=*/true);
     count_row_tiles();
   }
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();

@@ -82,14 +82,15 @@ bool sm90_disabled() {
   return disabled;
 }
 
-KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm) {
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, bool need_split) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
                   : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
                                                        : Family::kPrefill;
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).
-  if (family == Family::kPrefill && sm == 90 && !sm90_disabled()) {
+  // It does not split keys, so a plan that needs splits (plan::unsplit_underfills) keeps the portable one.
+  if (family == Family::kPrefill && sm == 90 && !sm90_disabled() && !need_split) {
     for (const KernelChoice& c : table())
       if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
   }

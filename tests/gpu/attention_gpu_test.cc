@@ -402,6 +402,9 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
   } else {
     EXPECT_EQ(c.family, kernels::Family::kPrefillSm90);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 16, 90).family, kernels::Family::kDecode);
+    // A plan that needs key splits keeps the portable kernel (the wgmma one does not split).
+    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90, true).family,
+              kernels::Family::kPrefill);
   }
 }
 
