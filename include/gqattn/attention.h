@@ -108,7 +108,7 @@ struct Plan {
   int max_splits = 1;     // most chunks any request was split into
   bool split = false;     // true when some request's partial results need merging
   // Device pointers into the workspace.
-  void* d_header = nullptr;       // PlanHeader: num_work, batch, total_qo
+  void* d_header = nullptr;       // PlanHeader: num_work, batch, total_qo, max_splits
   void* d_work = nullptr;         // work items
   void* d_requests = nullptr;     // per-request merge info
   float* d_partial_o = nullptr;   // fp32 partial outputs

@@ -221,7 +221,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   plan.d_partial_o = reinterpret_cast<float*>(base + layout.partial_o);
   plan.workspace_bytes_used = layout.partial_o + static_cast<size_t>(list.partial_rows) * plan.head_dim * sizeof(float);
 
-  const PlanHeader header{plan.num_work, plan.batch, static_cast<int32_t>(plan.total_qo), 0};
+  const PlanHeader header{plan.num_work, plan.batch, static_cast<int32_t>(plan.total_qo), list.max_splits};
   auto s = static_cast<cudaStream_t>(stream);
   // Pageable sources: each copy returns once the bytes are staged, so the vectors may go away.
   GQ_CUDA_CHECK(cudaMemcpyAsync(plan.d_header, &header, sizeof(header), cudaMemcpyHostToDevice, s));

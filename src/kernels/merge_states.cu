@@ -27,6 +27,8 @@ constexpr int kSplitMergeThreads = 128;
 // 32 chunks for batch 1, the attention itself 38 us).
 template <typename T>
 __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const SplitMergeParams p) {
+  // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here.
+  if (p.header->max_splits <= 1) return;
   const int token = blockIdx.x / p.num_qo_heads;
   const int head = blockIdx.x % p.num_qo_heads;
   // Requests are sorted by qo_begin: binary search for the last one starting at or before token.

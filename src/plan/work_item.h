@@ -38,7 +38,7 @@ struct PlanHeader {
   int32_t num_work;
   int32_t batch;
   int32_t total_qo;
-  int32_t pad;
+  int32_t max_splits;  // most chunks of any request: 1 = nothing to merge (a graph's merge exits at once)
 };
 
 }  // namespace gqattn
