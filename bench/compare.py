@@ -6,33 +6,33 @@
 Prints, per config present in both files, base -> new and the ratio, then the geometric mean and
 the extremes; used for the A/B entries of docs/perf-notes.md."""
 import argparse
-import csv
 import math
+from pathlib import Path
 
-KEY = ["family", "num_qo_heads", "num_kv_heads", "head_dim", "page_size", "batch", "qo_len", "kv_len", "causal"]
+from report import CONFIG_FIELDS, OURS, is_ok, read_rows, to_float
+
+# family + the configuration columns (dtype ... causal): one key per benchmarked configuration.
+KEY = ["family"] + CONFIG_FIELDS
 
 
 def load(path, impl):
-    rows = {}
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if r["impl"] == impl and r["status"] == "ok":
-                rows[tuple(r[c] for c in KEY)] = (float(r["achieved"]), r["unit"])
-    return rows
+    """{config: (achieved, unit)} of `impl`'s ok rows (report.py's reader and ok rule)."""
+    return {tuple(r[c] for c in KEY): (to_float(r["achieved"]), r["unit"])
+            for r in read_rows([Path(path)]) if r["impl"] == impl and is_ok(r)}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("base")
     ap.add_argument("new", nargs="+")
-    ap.add_argument("--impl", default="gqattn")
+    ap.add_argument("--impl", default=OURS)
     ap.add_argument("--quiet", action="store_true", help="only the summary line per file")
     a = ap.parse_args()
     base = load(a.base, a.impl)
     for path in a.new:
         new = load(path, a.impl)
         ratios = []
-        keys = sorted((k for k in new if k in base), key=lambda k: (k[0], int(k[3]), int(k[5]), int(k[7]), k[4], k[2]))
+        keys = sorted((k for k in new if k in base), key=lambda k: (k[0], int(k[4]), int(k[6]), int(k[8]), k[5], k[3]))
         for k in keys:
             r = new[k][0] / base[k][0]
             ratios.append((r, k))
