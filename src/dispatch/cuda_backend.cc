@@ -178,14 +178,15 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
     }
   };
   count_row_tiles();
-  if (!kernel.split_kv && plan::unsplit_underfills(plan.kv_len, row_tiles, plan.num_kv_heads,
-                                                   num_sms(plan.device_id) * kernel.ctas_per_sm(), kMinChunkKeys)) {
+  int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
+  if (!kernel.split_kv &&
+      plan::unsplit_underfills(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kMinChunkKeys)) {
     // A few long items on a kernel that does not split (H200: MQA decode with 4 draft tokens at
     // batch 1 x 32K ran on one CTA of the wgmma kernel at 27 GB/s): a kernel that splits.
     kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm, /*need_split=*/true);
     count_row_tiles();
+    target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   }
-  const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);
 
   int kv_chunk = kernel.split_kv ? plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
