@@ -14,10 +14,15 @@
 // GEMMs. Shared-memory tiles use the 128-byte swizzle that the wgmma descriptors describe.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (types only; the encoder comes through the runtime's entry points)
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/attention.cuh"
 #include "prims/sm90.cuh"
@@ -32,9 +37,23 @@ __device__ __forceinline__ int sw128_offset(int row, int chunk) {
   return (chunk >> 3) * (Rows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
-template <typename T, int HeadDim>
+// TMA descriptions of the K and V pools, for K/V tiles that lie wholly inside an item's keys;
+// built on the host for each run (Sm90Prefill::make_tma). Dimension 0 is head_dim (boxes of 64
+// columns, 128-byte swizzle: the layout sw128_offset describes); the head and the key-in-page
+// dimensions follow in stride order, then the page (paged: rank 4; ragged: rank 3, tokens).
+struct Sm90Tma {
+  CUtensorMap k, v;
+  int enabled;    // 0: every tile by cp.async gathers
+  int paged;      // 0: ragged {hd, head, token}; 1: {hd, ., ., page}; 2: one K/V head {hd, key, page}
+  int token_dim;  // paged == 1: coordinate index (1 or 2) of the key within its page; the head is the other
+};
+
+// kTma: whole tiles by TMA (the run's tensor maps in `tma`), the rest by gathers; without it the
+// producer loop holds only the gathers (one instantiation each: with the TMA branch compiled in,
+// the gather-only runs measured ~12% slower).
+template <typename T, int HeadDim, bool kTma>
 __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThreads, 1)
-    attention_sm90_kernel(const AttentionParams p) {
+    attention_sm90_kernel(const AttentionParams p, const __grid_constant__ Sm90Tma tma) {
 #if defined(__CUDA_ARCH__)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace sm90 = prims::sm90;
@@ -55,6 +74,11 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kQBytes + kStages * Shape::kStageBytes);
   uint64_t* empty = full + kStages;
   uint64_t* q_full = empty + kStages;
+  uint64_t* q_empty = q_full + 1;
+  // The producer hands each item index to the consumers through shared memory (s_item[0];
+  // >= num_work ends the loop), published by q_full; s_item[1..2]: the next item for the
+  // producer's own warps (double-buffered across items).
+  volatile int* s_item = reinterpret_cast<volatile int*>(q_empty + 1);
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -65,7 +89,8 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       sm90::mbar_init(&full[s], 128);                 // every producer thread, on cp.async completion
       sm90::mbar_init(&empty[s], 4 * Cfg::kConsumers);  // one lane per consumer warp
     }
-    sm90::mbar_init(q_full, 128);
+    sm90::mbar_init(q_full, 128 + 1);  // every producer thread on its Q copies, + thread 0 on s_item
+    sm90::mbar_init(q_empty, 4 * Cfg::kConsumers);  // one lane per consumer warp, after its last S GEMM
   }
   __syncthreads();
 
@@ -78,11 +103,31 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     const T* k = static_cast<const T*>(p.k);
     const T* v = static_cast<const T*>(p.v);
     uint32_t it = 0;  // K/V tiles issued so far (over all items): stage and phase
-    for (int item = blockIdx.x; item < num_work; item += gridDim.x) {
-      // The consumers are done with the previous item's Q and stages. A named barrier with a count,
-      // not __syncthreads: the roles reach it from different code.
+    // Persistent: CTA b starts with item b, then takes the next unclaimed one from the counter.
+    int item = blockIdx.x;
+    for (uint32_t items_done = 0;; ++items_done) {
+      // The producer runs ahead into the next item: its Q waits only until the consumers' last
+      // S GEMM of the previous item has read Q (their P V and epilogue overlap this item's loads);
+      // its K/V tiles wait on the stages' own "empty" barriers.
       __syncwarp();
-      sm90::named_barrier_sync(1, Shape::kThreads);
+      if (items_done > 0) sm90::mbar_wait(q_empty, (items_done - 1) & 1);
+      const bool done = item >= num_work;
+      if (tid == 0) {
+        s_item[0] = item;
+        sm90::mbar_arrive(q_full);  // release: s_item is visible to the consumers
+      }
+      __syncwarp();
+      if (done) {
+        sm90::mbar_arrive(q_full);
+        if (tid == 0) {  // the last CTA to finish resets the counters for the next run
+          __threadfence();
+          if (atomicAdd(p.item_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+            atomicExch(p.item_counters, 0);
+            atomicExch(p.item_counters + 1, 0);
+          }
+        }
+        break;
+      }
       const WorkItem w = p.work[item];
       const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
       const int rows = keys.rows;
@@ -106,14 +151,52 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
       constexpr int kRowsPerIter = 32 / kLanesPerRow;
       static_assert(kChunks <= 32 && kRowsPerWarp <= 32 && kRowsPerWarp % kRowsPerIter == 0, "producer mapping");
-      const int pwarp = tid / 32, plane = tid & 31;
+      const int pwarp = sm90::warp_uniform(tid / 32), plane = tid & 31;
       const int sub = plane / kLanesPerRow, chunk = plane % kLanesPerRow;
       const int64_t head_offset = static_cast<int64_t>(w.kv_head) * p.kv_head_stride;
       for (int t = 0; t < num_tiles; ++t, ++it) {
         const int stage = static_cast<int>(it % kStages);
+        const int key0 = w.kv_begin + t * kTile;
+        T* s_k = s_kv + stage * (2 * kTile * HeadDim);
+        T* s_v = s_k + kTile * HeadDim;
+        if (kTma && key0 + kTile <= kv_stop && key0 % kTile == 0) {
+          // A whole tile inside one page (or ragged rows): lanes of warp 0 issue one TMA box each
+          // (K or V, 64 columns x kTile keys); lane 0 announces the bytes, the others arrive.
+          sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+          if (pwarp == 0) {
+            sm90::fence_proxy_async_smem();  // earlier generic (cp.async) writes of this stage
+            if (plane == 0) sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTile * HeadDim * sizeof(T));
+            else sm90::mbar_arrive(&full[stage]);
+            __syncwarp();
+            constexpr int kBlocks = HeadDim / 64;
+            if (plane < 2 * kBlocks) {
+              const int cb = plane % kBlocks;
+              T* dst = (plane < kBlocks ? s_k : s_v) + cb * (kTile * 64);
+              const CUtensorMap* map = plane < kBlocks ? &tma.k : &tma.v;
+              if (tma.paged != 0) {
+                uint32_t page, slot;
+                p.page.divmod(static_cast<uint32_t>(key0), page, slot);
+                const int id = __ldg(p.page_indices + w.page_begin + page);
+                if (tma.paged == 2) {
+                  sm90::tma_load_3d(dst, map, &full[stage], cb * 64, static_cast<int>(slot), id);
+                } else {
+                  const int c1 = tma.token_dim == 1 ? static_cast<int>(slot) : w.kv_head;
+                  const int c2 = tma.token_dim == 1 ? w.kv_head : static_cast<int>(slot);
+                  sm90::tma_load_4d(dst, map, &full[stage], cb * 64, c1, c2, id);
+                }
+              } else {
+                sm90::tma_load_3d(dst, map, &full[stage], cb * 64, w.kv_head, w.page_begin + key0);
+              }
+            }
+            __syncwarp();
+          } else {
+            sm90::mbar_arrive(&full[stage]);
+          }
+          continue;
+        }
         int64_t my_offset = -1;  // -1: past the keys of this item (zero-filled)
         {
-          const int key = w.kv_begin + t * kTile + pwarp * kRowsPerWarp + plane;
+          const int key = key0 + pwarp * kRowsPerWarp + plane;
           if (plane < kRowsPerWarp && key < kv_stop) {
             uint32_t page, slot;
             p.page.divmod(static_cast<uint32_t>(key), page, slot);
@@ -122,8 +205,6 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
           }
         }
         sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
-        T* s_k = s_kv + stage * (2 * kTile * HeadDim);
-        T* s_v = s_k + kTile * HeadDim;
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp / kRowsPerIter; ++i) {
           const int rr = i * kRowsPerIter + sub;
@@ -136,6 +217,14 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         }
         sm90::mbar_arrive_on_cp_async(&full[stage]);
       }
+      // The next item, claimed once this one's loads are issued (the producer runs stages ahead of
+      // the consumers, so the atomic's latency is hidden), for every producer warp (named barrier
+      // 4: the producer warpgroup only).
+      const int slot = 1 + static_cast<int>(items_done & 1);
+      if (tid == 0) s_item[slot] = atomicAdd(p.item_counters, 1) + static_cast<int>(gridDim.x);
+      __syncwarp();
+      sm90::named_barrier_sync(4, 128);
+      item = sm90::warp_uniform(s_item[slot]);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
@@ -153,10 +242,11 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   const int warp = (tid / 32) & 3;  // warp within the consumer warpgroup
   const int wg_row0 = cw * 64;      // this warpgroup's first row in the CTA tile
   uint32_t it = 0;
-  uint32_t items_done = 0;
-  for (int item = blockIdx.x; item < num_work; item += gridDim.x, ++items_done) {
+  for (uint32_t items_done = 0;; ++items_done) {
     __syncwarp();  // the epilogue's row guard may have split the warp
-    sm90::named_barrier_sync(1, Shape::kThreads);
+    sm90::mbar_wait(q_full, items_done & 1);  // this item's Q has landed; s_item[0] names it
+    const int item = sm90::warp_uniform(s_item[0]);
+    if (item >= num_work) break;
     const WorkItem w = p.work[item];
     const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
     const int rows = keys.rows;
@@ -172,9 +262,14 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     float m[2] = {prims::kNegInf, prims::kNegInf};
     float d[2] = {0.f, 0.f};
 
-    sm90::mbar_wait(q_full, items_done & 1);
     sm90::fence_proxy_async_smem();
     const T* q_wg = s_q + wg_row0 * 64;
+    // After this warp's last S GEMM has completed, Q may be overwritten with the next item's.
+    auto release_q = [&]() {
+      if (lane == 0) sm90::mbar_arrive(q_empty);
+      __syncwarp();
+    };
+    if (num_tiles == 0) release_q();
 
     // S = Q K^T (64 rows x kTile keys) into s: K-major operands, k-steps of 16 columns.
     // Descriptors: a base per operand plus the constant byte offset of each k-step (>> 4).
@@ -263,6 +358,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       issue_s(s, prev);
       sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
       sm90::wgmma_wait<0>();
+      if (num_tiles == 1) release_q();
 #pragma unroll
       for (int j = 0; j < kTile / 2; ++j) sm90::fence_operand(s[j]);
       softmax(s, 0, scale);
@@ -274,6 +370,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         issue_pv(pa, prev + kTile * HeadDim);
         sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
         sm90::wgmma_wait<1>();  // S of tile t is done; P V of tile t - 1 may still run
+        if (t == num_tiles - 1) release_q();
 #pragma unroll
         for (int j = 0; j < kTile / 2; ++j) sm90::fence_operand(s[j]);
         softmax(s, t, scale);
@@ -300,7 +397,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 #pragma unroll
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
       if (lane == 0) sm90::mbar_arrive(&empty[it % kStages]);
-        __syncwarp();  // converged again before the next .aligned wgmma / barrier
+      __syncwarp();  // converged again before the next .aligned wgmma / barrier
       ++it;
     }
 
@@ -351,17 +448,107 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 template <typename T, int HeadDim>
 struct Sm90Prefill {
   using Shape = AttnShape<Family::kPrefillSm90, HeadDim>;
+  static constexpr int kTile = AttnConfig<Family::kPrefillSm90, HeadDim>::kKVTile;
+
+  static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+      void* f = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+              cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+      }
+      return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return fn;
+  }
+
+  // The TMA maps of this run's K/V pools, or enabled = 0 (cp.async for every tile) when the
+  // layout does not fit: page sizes that are not a multiple of the tile (small pages measured 20%
+  // slower with one box per page than the gathers), strides out of order, no encoder, or
+  // GQATTN_DISABLE_TMA set.
+  static Sm90Tma make_tma(const AttentionParams& p) {
+    Sm90Tma t;
+    std::memset(&t, 0, sizeof(t));
+    const char* off = std::getenv("GQATTN_DISABLE_TMA");
+    if (off != nullptr && std::strcmp(off, "") != 0 && std::strcmp(off, "0") != 0) return t;
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+    if (encode == nullptr || p.kv_rows <= 0 || p.num_kv_heads <= 0) return t;
+    const bool paged = p.page_indices != nullptr;
+    const int64_t page_size = paged ? static_cast<int64_t>(p.page.divisor) : 1;
+    if (paged && page_size % kTile != 0) return t;
+    const int64_t rows = kTile;
+    const uint64_t es = sizeof(T);
+    const uint64_t head_stride = static_cast<uint64_t>(p.kv_head_stride) * es;
+    const uint64_t key_stride = static_cast<uint64_t>(paged ? p.kv_token_stride : p.kv_page_stride) * es;
+    cuuint64_t dims[4] = {static_cast<cuuint64_t>(HeadDim), 0, 0, 0};
+    cuuint64_t strides[3] = {0, 0, 0};
+    cuuint32_t box[4] = {64, 1, 1, 1};
+    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    // With one K/V head its stride is irrelevant (ragged MQA has head_stride == key_stride).
+    const bool head_first = head_stride < key_stride || p.num_kv_heads == 1;
+    int rank = paged ? 4 : 3;
+    if (paged && p.num_kv_heads == 1) {  // no head dimension: {hd, key in page, page}
+      rank = 3;
+      t.paged = 2;
+      dims[1] = static_cast<cuuint64_t>(page_size);
+      strides[0] = key_stride;
+      box[1] = static_cast<cuuint32_t>(rows);
+      dims[2] = static_cast<cuuint64_t>(p.kv_rows);
+      strides[1] = static_cast<uint64_t>(p.kv_page_stride) * es;
+    } else if (paged) {
+      t.paged = 1;
+      t.token_dim = head_first ? 2 : 1;
+      dims[head_first ? 1 : 2] = static_cast<cuuint64_t>(p.num_kv_heads);
+      strides[head_first ? 0 : 1] = head_stride;
+      dims[t.token_dim] = static_cast<cuuint64_t>(page_size);
+      strides[t.token_dim - 1] = key_stride;
+      box[t.token_dim] = static_cast<cuuint32_t>(rows);
+      dims[3] = static_cast<cuuint64_t>(p.kv_rows);
+      strides[2] = static_cast<uint64_t>(p.kv_page_stride) * es;
+    } else {
+      if (!head_first) return t;
+      dims[1] = static_cast<cuuint64_t>(p.num_kv_heads);
+      strides[0] = head_stride;
+      dims[2] = static_cast<cuuint64_t>(p.kv_rows);
+      strides[1] = key_stride;
+      box[2] = static_cast<cuuint32_t>(rows);
+    }
+    for (int i = 0; i < rank - 1; ++i)
+      if (strides[i] % 16 != 0 || (i > 0 && strides[i] < strides[i - 1])) return t;
+    if (reinterpret_cast<uintptr_t>(p.k) % 16 != 0 || reinterpret_cast<uintptr_t>(p.v) % 16 != 0) return t;
+    const CUtensorMapDataType type =
+        sizeof(T) == 2 && std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    for (int which = 0; which < 2; ++which) {
+      const CUresult r = encode(which == 0 ? &t.k : &t.v, type, rank, const_cast<void*>(which == 0 ? p.k : p.v), dims,
+                                strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (r != CUDA_SUCCESS) return Sm90Tma{};
+    }
+    t.enabled = 1;
+    return t;
+  }
+
   static void launch(const AttentionParams& params, int num_ctas, void* stream) {
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, true>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false>, Shape::kSmemBytes>();
     if (num_ctas <= 0) return;
-    attention_sm90_kernel<T, HeadDim>
-        <<<num_ctas, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(params);
+    const Sm90Tma tma = make_tma(params);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (tma.enabled) {
+      attention_sm90_kernel<T, HeadDim, true><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
+    } else {
+      attention_sm90_kernel<T, HeadDim, false><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
+    }
     GQ_CUDA_CHECK(cudaGetLastError());
   }
+  // Both instantiations have the same shape, so either gives the occupancy.
   static int ctas_per_sm() {
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false>, Shape::kSmemBytes>();
     int blocks = 0;
-    GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim>,
+    GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim, false>,
                                                                 Shape::kThreads, Shape::kSmemBytes));
     return blocks > 0 ? blocks : 1;
   }

@@ -21,6 +21,8 @@ struct AttentionParams {
   const void* v = nullptr;
   int64_t kv_page_stride = 0, kv_token_stride = 0, kv_head_stride = 0;
   const int32_t* page_indices = nullptr;  // nullptr: ragged K/V (page = page_begin + key)
+  int64_t kv_rows = 0;   // pages (paged) or tokens (ragged) of the K/V pool: TMA bounds
+  int num_kv_heads = 0;
   void* o = nullptr;
   int64_t o_stride_n = 0, o_stride_h = 0;
   float* lse = nullptr;  // optional, [tokens, num_qo_heads]
@@ -28,6 +30,7 @@ struct AttentionParams {
   float* partial_lse = nullptr;
   const WorkItem* work = nullptr;
   const PlanHeader* header = nullptr;
+  int32_t* item_counters = nullptr;  // &header->next_item (next_item, ctas_done): the sm_90a kernel's scheduler
   int num_qo_heads = 0;
   FastDivmod group;  // group_size
   FastDivmod page;   // page_size (1 for ragged)

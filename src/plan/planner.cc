@@ -154,4 +154,23 @@ WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr
   return list;
 }
 
+int64_t item_keys_visible(const WorkItem& w, int group_size, int cta_rows, bool causal) {
+  int64_t stop = w.kv_end;
+  if (causal) {
+    const int64_t rows = int64_t(w.qo_len) * group_size;
+    const int64_t last_row = std::min<int64_t>(w.row_begin + cta_rows, rows) - 1;
+    stop = std::min<int64_t>(stop, int64_t(w.kv_len) - w.qo_len + 1 + last_row / group_size);
+  }
+  return std::max<int64_t>(0, stop - w.kv_begin);
+}
+
+void order_longest_first(WorkList& list, int group_size, int cta_rows, bool causal) {
+  GQ_CHECK(!list.split, "order_longest_first: the split merge expects each request's chunks in order");
+  std::stable_sort(list.items.begin(), list.items.end(), [&](const WorkItem& a, const WorkItem& b) {
+    if (a.request != b.request) return a.request < b.request;
+    if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
+    return item_keys_visible(a, group_size, cta_rows, causal) > item_keys_visible(b, group_size, cta_rows, causal);
+  });
+}
+
 }  // namespace gqattn::plan

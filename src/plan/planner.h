@@ -47,4 +47,15 @@ struct WorkList {
 WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows,
                          int kv_chunk);
 
+// Keys that the rows [row_begin, row_begin + cta_rows) of an item see (the causal mask aligned
+// to the end of the request's keys), i.e. the item's work.
+int64_t item_keys_visible(const WorkItem& w, int group_size, int cta_rows, bool causal);
+
+// Reorders an unsplit work list so that within each (request, K/V head) the items come longest
+// first (stable); requests and heads keep their order. For a persistent grid whose CTAs take
+// items in list order: CTAs running at the same time share one head's K/V in L2 (a global
+// longest-first order measured up to 12% slower for causal MHA), and each head's short causal
+// row tiles fill the gaps at its end.
+void order_longest_first(WorkList& list, int group_size, int cta_rows, bool causal);
+
 }  // namespace gqattn::plan

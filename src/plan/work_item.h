@@ -39,6 +39,12 @@ struct PlanHeader {
   int32_t batch;
   int32_t total_qo;
   int32_t max_splits;  // most chunks of any request: 1 = nothing to merge (a graph's merge exits at once)
+  // Work-stealing counters of the persistent sm_90a kernel: the next item to hand out (minus the
+  // grid size) and the CTAs that have finished. Zero when planned; the last CTA of a run resets
+  // them, so a CUDA-graph replay starts from zero too.
+  int32_t next_item;
+  int32_t ctas_done;
+  int32_t pad[2];
 };
 
 }  // namespace gqattn

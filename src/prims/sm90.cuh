@@ -37,11 +37,45 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Arrival that also announces `bytes` of TMA transactions the phase must wait for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
+                   smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+// TMA tile loads into shared memory (box and swizzle from the tensor map), completing as
+// transaction bytes on `bar`. `tmap` is the address of a __grid_constant__ CUtensorMap.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // Makes this thread's view of shared memory (here: data that cp.async wrote, observed through an
 // mbarrier) visible to the async proxy that wgmma reads through.
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+
+// ---- warp uniformity --------------------------------------------------------------------------
+// Lane 0's value, through a shuffle: the compiler then treats it as the same in every lane. A loop
+// or branch on a plain shared-memory load counts as divergent, and everything after it loses the
+// uniform datapath (descriptors and base pointers in uniform registers) and gets a divergence check
+// before every shuffle (SASS of the prefill kernel: 8 BRA.DIV and 48 ENDCOLLECTIVE without this).
+// The warp must be converged.
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 
 // ---- warpgroup control ------------------------------------------------------------------------
 template <uint32_t kRegs>

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -232,6 +233,48 @@ TEST(UnsplitUnderfills, FewLongItemsGoToASplittingKernel) {
   // The boundary: 65 items are under half of 132, 66 are not.
   EXPECT_TRUE(plan::unsplit_underfills({4096}, {65}, 1, ctas, min_chunk));
   EXPECT_FALSE(plan::unsplit_underfills({4096}, {66}, 1, ctas, min_chunk));
+}
+
+TEST(BuildWorkList, LongestFirstWithinEachHeadKeepsEveryItem) {
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.num_qo_heads = 8;
+  in.num_kv_heads = 2;
+  in.head_dim = 128;
+  in.page_size = 0;
+  in.causal = true;
+  in.qo_indptr = {0, 700, 710, 1500};
+  in.kv_indptr = {0, 700, 1710, 2510};  // request 1: 10 new tokens after 1000 cached keys
+  const Plan plan = plan::describe(in, false);
+  plan::WorkList list = plan::build_work_list(plan, in.kv_indptr, 128, 0);
+  const std::vector<WorkItem> before = list.items;
+  plan::order_longest_first(list, 4, 128, true);
+  ASSERT_EQ(list.items.size(), before.size());
+  for (size_t i = 1; i < list.items.size(); ++i) {
+    const WorkItem& a = list.items[i - 1];
+    const WorkItem& b = list.items[i];
+    // Requests and heads keep their order; within one (request, head), visible keys never grow.
+    ASSERT_LE(std::make_pair(a.request, a.kv_head), std::make_pair(b.request, b.kv_head));
+    if (a.request == b.request && a.kv_head == b.kv_head) {
+      EXPECT_GE(plan::item_keys_visible(a, 4, 128, true), plan::item_keys_visible(b, 4, 128, true));
+    }
+  }
+  auto key = [](const WorkItem& w) { return std::make_tuple(w.request, w.kv_head, w.row_begin); };
+  std::multiset<std::tuple<int, int, int>> a, b;
+  for (const WorkItem& w : before) a.insert(key(w));
+  for (const WorkItem& w : list.items) b.insert(key(w));
+  EXPECT_EQ(a, b);
+  // Request 0 (700 tokens x 4 heads = 2800 packed rows, 22 row tiles per head): its last row
+  // tile (rows 2688..2799 -> tokens 672..699) sees all 700 keys and now comes first.
+  EXPECT_EQ(list.items.front().request, 0);
+  EXPECT_EQ(list.items.front().row_begin, 2688);
+  EXPECT_EQ(plan::item_keys_visible(list.items.front(), 4, 128, true), 700);
+  // Request 1's single row tile (40 packed rows) sees all 1010 keys.
+  for (const WorkItem& w : list.items) {
+    if (w.request == 1) {
+      EXPECT_EQ(plan::item_keys_visible(w, 4, 128, true), 1010);
+    }
+  }
 }
 
 }  // namespace

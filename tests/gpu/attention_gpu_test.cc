@@ -252,8 +252,12 @@ TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
 // ---------------------------------------------------------------------------------------------
 
 // One prefill configuration: CPU oracle vs GPU, K/V ragged (page_size 0) or paged.
+// Runs the GPU prefill twice with one plan (the persistent sm_90a kernel's work counter must be
+// back at zero after a run) and checks both against the CPU; with `graph`, the plan is made for
+// CUDA graphs and the run is captured once and replayed twice.
 void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causal, KVLayout layout,
-                   const std::vector<int32_t>& qo_len, const std::vector<int32_t>& kv_len, uint64_t seed) {
+                   const std::vector<int32_t>& qo_len, const std::vector<int32_t>& kv_len, uint64_t seed,
+                   bool graph = false) {
   std::ostringstream what_os;
   what_os << describe_case(dtype, h, head_dim, page_size, -1, layout, kv_len) << " causal " << causal << " qo [";
   for (int32_t l : qo_len) what_os << l << " ";
@@ -298,8 +302,11 @@ void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causa
   prefill_run(prefill_plan(in, Workspace{}), cpu_args);
 
   in.device = Device::kCUDA;
+  in.enable_cuda_graph = graph;
+  cudaStream_t stream = nullptr;
+  if (graph) GQ_CUDA_CHECK(cudaStreamCreate(&stream));
   DeviceWorkspace ws;
-  const Plan plan = prefill_plan(in, ws.get());
+  const Plan plan = prefill_plan(in, ws.get(), stream);
   DeviceTensor dq(q), d_qo_indptr(d_qo_indptr_host), d_o(o_ref), d_lse(lse_ref);
   std::unique_ptr<DevicePagedKV> dpaged;
   DeviceTensor dk, dv, d_kv_indptr;
@@ -318,12 +325,34 @@ void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causa
   args.causal = causal;
   args.o = d_o.view();
   args.lse = d_lse.view();
-  d_o.poison();
-  d_lse.poison();
-  prefill_run(plan, args);
-  sync_and_check();
-  expect_close(d_o.to_host(o_ref), o_ref, dtype, what);
-  expect_lse_close(d_lse.to_host(lse_ref), lse_ref, what);
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    GQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    prefill_run(plan, args, stream);
+    GQ_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    GQ_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    GQ_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run) + (graph ? " (graph replay)" : ""));
+    d_o.poison();
+    d_lse.poison();
+    if (graph) {
+      GQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else {
+      prefill_run(plan, args);
+    }
+    sync_and_check();
+    expect_close(d_o.to_host(o_ref), o_ref, dtype, what);
+    expect_lse_close(d_lse.to_host(lse_ref), lse_ref, what);
+  }
+  if (graph) {
+    GQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    GQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
 }
 
 TEST(GpuPrefill, OddLengthsAllGroupSizesRaggedAndPaged) {
@@ -356,6 +385,41 @@ TEST(GpuPrefill, CachedPrefixCausalAlignment) {
     for (int page_size : {0, 1, 16}) {
       check_prefill(DType::kBF16, h, 128, page_size, true, KVLayout::kNHD, {5, 64, 0, 130, 1},
                     {900, 64, 40, 1300, 1}, seed++);
+    }
+  }
+}
+
+// Pages that hold whole K/V tiles (a multiple of the sm_90a kernel's 64- or 128-key tile): the
+// Hopper kernel loads those tiles with TMA (paged rank 4, or rank 3 with one K/V head) and the
+// partial last tile with gathers; both layouts, every head dim built.
+TEST(GpuPrefill, WholeTilePagesEveryHeadDim) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  uint64_t seed = 900;
+  for (int head_dim : info.head_dims) {
+    for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
+      for (int page_size : {128, 256}) {
+        for (KVLayout layout : {KVLayout::kHND, KVLayout::kNHD}) {
+          SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " page " + std::to_string(page_size) + " " +
+                       layout_name(layout));
+          check_prefill(info.dtypes[0], h, head_dim, page_size, seed % 2 == 0, layout, {300, 0, 129, 40},
+                        {1000, 7, 129, 40}, seed);
+          ++seed;
+        }
+      }
+    }
+  }
+}
+
+// A prefill plan made for CUDA graphs (a fixed grid of CTAs that loop over the work list) runs
+// from a captured graph, replayed twice.
+TEST(GpuPrefill, CudaGraphReplay) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 950;
+  for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
+    for (int page_size : {0, 16}) {
+      check_prefill(DType::kBF16, h, 128, page_size, true, KVLayout::kNHD, {500, 3, 0, 1200}, {700, 3, 9, 1200},
+                    seed++, /*graph=*/true);
     }
   }
 }
