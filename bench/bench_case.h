@@ -26,6 +26,7 @@ struct BenchCase {
   int kv_len = 1024;
   bool causal = true;
   KVLayout layout = KVLayout::kNHD;
+  int max_num_splits = 0;  // the plan's cap on split-KV chunks (0: the planner's choice), not a CSV column
 };
 
 struct Ceilings {

@@ -162,6 +162,7 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   in.head_dim = c.head_dim;
   in.page_size = paged ? c.page_size : 0;
   in.causal = c.causal;
+  in.max_num_splits = c.max_num_splits;
   in.kv_indptr = kv_indptr;
   if (paged) in.kv_last_page_len = last;
   if (decode) in.qo_len = qo_len; else in.qo_indptr = qo_indptr;

@@ -52,6 +52,8 @@ head_dim 128) with 32, 8 and 1 KV heads, decode and prefill; on the GPU at batch
   --iters N                    timed repetitions, the median is reported (default 30 on the
                                GPU, 5 on the CPU)
   --csv PATH                   also write the results as CSV (BENCHMARKS.md columns)
+  --max-splits N               cap on split-KV chunks per request (0: the planner's choice,
+                               1: no split), for A/B runs of the split heuristic (default 0)
 
 One case (any of these selects single-case mode; --family picks decode or prefill):
   --dtype bf16|fp16            (default bf16)
@@ -80,6 +82,7 @@ struct Options {
   std::string sweep;
   std::string csv;
   int iters = 0;  // 0: the device's default
+  int max_splits = 0;
   bool iters_given = false;
   bool help = false;
   bool single = false;
@@ -117,7 +120,7 @@ Options parse_args(int argc, char** argv) {
       continue;
     }
     static const std::vector<std::string> kValueFlags = {
-        "--device", "--family", "--sweep", "--csv", "--iters", "--dtype", "--num-qo-heads",
+        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--dtype", "--num-qo-heads",
         "--num-kv-heads", "--head-dim", "--page-size", "--batch", "--qo-len", "--kv-len",
         "--causal", "--layout"};
     if (std::find(kValueFlags.begin(), kValueFlags.end(), flag) == kValueFlags.end())
@@ -132,6 +135,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--sweep") opt.sweep = value;
     else if (flag == "--csv") opt.csv = value;
     else if (flag == "--iters") { opt.iters = parse_int(flag, value); opt.iters_given = true; }
+    else if (flag == "--max-splits") opt.max_splits = parse_int(flag, value);
     else {
       opt.single = true;
       if (flag == "--dtype") c.dtype = parse_dtype(flag, value);
@@ -146,6 +150,7 @@ Options parse_args(int argc, char** argv) {
       else if (flag == "--layout") c.layout = parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
     }
   }
+  if (opt.max_splits < 0) throw UsageError{"--max-splits: must be >= 0, got " + std::to_string(opt.max_splits)};
   if (opt.iters_given && opt.iters < 1)
     throw UsageError{"--iters: must be >= 1, got " + std::to_string(opt.iters)};
   if (opt.single && !opt.sweep.empty())
@@ -259,6 +264,7 @@ PlanInputs plan_inputs_for(const BenchCase& c, Device device) {
   in.page_size = c.page_size;
   in.causal = is_decode(c) || c.causal;
   in.qo_len = c.qo_len;
+  in.max_num_splits = c.max_num_splits;
   in.kv_indptr.push_back(0);
   if (!is_decode(c)) in.qo_indptr.push_back(0);
   for (int b = 0; b < c.batch; ++b) {
@@ -488,6 +494,7 @@ int run(const Options& opt) {
                   cases.end());
     }
   }
+  for (BenchCase& c : cases) c.max_num_splits = opt.max_splits;
 
   // One set of rules: a single case the library would reject is an error (exit 1).
   if (opt.single) {

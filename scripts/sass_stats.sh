@@ -25,7 +25,7 @@ for src in "$@"; do
     -o "$tmp/$base.cubin" 2> "$tmp/ptxas.txt"
   "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
   echo "== $src ($arch)"
-  grep -E "spill stores" "$tmp/ptxas.txt" | sed 's/^ */  ptxas: /'
+  grep -E "spill stores|Used [0-9]+ registers" "$tmp/ptxas.txt" | sed 's/^ */  ptxas: /'
   awk '
     /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name); order[++n] = name; next }
     name != "" && /^[ \t]+\/\*[0-9a-f]+\*\// {

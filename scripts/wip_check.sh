@@ -38,7 +38,13 @@ for patch in $PATCHES; do
   timeout 300 compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
     > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
   tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
-  fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode)
+  # The family whose sweep runs: from the patch's name (decode-*, prefill-* / sm90-*), else from
+  # what it touches.
+  case $name in
+    decode-*) fam=decode ;;
+    prefill-*|sm90-*) fam=prefill ;;
+    *) fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode) ;;
+  esac
   awk -F, 'NR == 1 || $5 == 128' "bench/sweeps/$fam.csv" > "$logs/sweep.csv"  # the head dim this build has
   "$main_dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/main_$fam.csv" \
     > "$logs/bench_main.log" 2>&1 || status=1
