@@ -225,10 +225,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // item while the consumers finish the current one.
   if (kernel.family == kernels::Family::kPrefillSm90) {
     plan::order_longest_first(list, group_size, kernel.cta_rows, plan.causal);
-    // Persistent where whole K/V tiles come by TMA (ragged K/V, pages holding whole tiles); with
-    // gathered tiles (small pages) one CTA per item measured ~10% faster on long sequences.
-    const bool whole_tiles = plan.page_size == 0 || plan.page_size % kernel.kv_tile == 0;
-    if (!inputs.enable_cuda_graph && whole_tiles) plan.num_ctas = std::min(plan.num_work, target_ctas);
+    // Persistent for every K/V source: the producer loads the next item's first tiles while the
+    // consumers finish the current one.
+    if (!inputs.enable_cuda_graph) plan.num_ctas = std::min(plan.num_work, target_ctas);
   }
   plan.split = list.split || inputs.enable_cuda_graph;
   char* base = static_cast<char*>(workspace.data);
