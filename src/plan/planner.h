@@ -21,10 +21,13 @@ Plan describe(const PlanInputs& inputs, bool is_decode);
 //   kv_tile:    keys per pipeline tile; chunks are whole tiles
 //   min_chunk:  a chunk never holds fewer keys than this (the merge must stay cheap)
 //   max_splits: most chunks per request
-// Picks the chunk by a small cost model (whole waves of the longest item); docs/perf-notes.md,
-// "Split-KV heuristic".
+//   merge_rows: rows the split merge covers (query tokens x query heads), scaled to this kernel's
+//               time per key
+// Picks the chunk by a small cost model (whole waves of the longest item, plus the merge when
+// split); docs/perf-notes.md, "Split-KV heuristic".
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
-                    int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits);
+                    int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
+                    double merge_rows = 0);
 
 // Whether a kernel that cannot split keys would leave the GPU mostly idle: fewer unsplit items
 // (row tiles x K/V heads) than half of `target_ctas`, while some request has enough keys

@@ -96,6 +96,18 @@ TEST(ChooseKvChunk, SplitsWhenBatchTimesKvHeadsIsSmall) {
   EXPECT_EQ(chunk % kKvTile, 0);
 }
 
+TEST(ChooseKvChunk, NoSplitWhenTheMergeCostsMoreThanItSaves) {
+  // MQA, 128 requests x 512 keys: 128 items half-fill the GPU; two chunks each would halve the
+  // longest item, but the merge of 128 x 32 rows costs more (H200: 1.35x faster unsplit).
+  const std::vector<int32_t> kv_len(128, 512), tiles(128, 1);
+  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 1, kTargetCtas, kKvTile, kMinChunk, 0), 256);  // merge free
+  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 1, kTargetCtas, kKvTile, kMinChunk, 0, 128 * 32), 0);
+  // A long request still splits: GQA-8 at batch 1 x 32K merges only 32 rows.
+  EXPECT_GT(plan::choose_kv_chunk({32768}, {1}, 4, kTargetCtas, kKvTile, kMinChunk, 0, 32), 0);
+  // So does MHA at batch 1 x 512 (32 items, 32 rows: the merge is cheap).
+  EXPECT_EQ(plan::choose_kv_chunk({512}, {1}, 32, kTargetCtas, kKvTile, kMinChunk, 0, 32), 256);
+}
+
 TEST(ChooseKvChunk, SplittingDisabledOrPointless) {
   EXPECT_EQ(plan::choose_kv_chunk({16384}, {1}, 1, kTargetCtas, kKvTile, kMinChunk, 1), 0);
   EXPECT_EQ(plan::choose_kv_chunk({100}, {1}, 1, kTargetCtas, kKvTile, kMinChunk, 0), 0);  // < min_chunk
