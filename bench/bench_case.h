@@ -41,6 +41,7 @@ struct BenchResult {
   std::string unit;           // "GB/s" or "TFLOP/s"
   double pct_of_ceiling = 0;  // achieved / (read_gbps or gemm_tflops) * 100
   std::string status = "ok";  // ok, or why it could not run
+  std::string plan;           // what the planner chose (GPU: kernel, key chunk, items, CTAs); not a CSV column
 };
 
 // Bytes a decode case must move: K + V of every page read, plus Q and O.

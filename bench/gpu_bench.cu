@@ -278,6 +278,8 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
     r.pct_of_ceiling = ceilings.gemm_tflops > 0 ? 100.0 * r.achieved / ceilings.gemm_tflops : 0;
   }
   r.status = "ok";
+  r.plan = "kernel " + std::to_string(plan.kernel_id) + " rows " + std::to_string(plan.cta_rows) + " chunk " + std::to_string(plan.kv_chunk) + " items " +
+           std::to_string(plan.num_work) + " ctas " + std::to_string(plan.num_ctas);
   return r;
 }
 

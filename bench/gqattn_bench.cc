@@ -402,6 +402,7 @@ struct Row {
   std::string family, impl, dtype;
   std::string num_qo_heads, num_kv_heads, head_dim, page_size, batch, qo_len, kv_len, causal;
   std::string median_us, achieved, unit, pct_of_ceiling, status;
+  std::string plan;  // printed after the status, not written to the CSV
 };
 
 std::string fmt(double value, const char* format) {
@@ -421,6 +422,7 @@ Row case_row(const BenchCase& c, const BenchResult& r, bool ran, bool cpu) {
     row.achieved = fmt(r.achieved, "%.6g");
     row.unit = r.unit;
     if (!cpu) row.pct_of_ceiling = fmt(r.pct_of_ceiling, "%.1f");
+    row.plan = r.plan;
   }
   return row;
 }
@@ -457,11 +459,12 @@ void print_table_header() {
 }
 
 void print_row(const Row& r) {
-  std::printf("%-8s %-7s %-5s %4s %4s %4s %5s %6s %6s %7s %3s %12s %12s %-8s %6s  %s\n",
+  std::printf("%-8s %-7s %-5s %4s %4s %4s %5s %6s %6s %7s %3s %12s %12s %-8s %6s  %s%s%s\n",
               r.family.c_str(), r.impl.c_str(), r.dtype.c_str(), r.num_qo_heads.c_str(),
               r.num_kv_heads.c_str(), r.head_dim.c_str(), r.page_size.c_str(), r.batch.c_str(),
               r.qo_len.c_str(), r.kv_len.c_str(), r.causal.c_str(), r.median_us.c_str(),
-              r.achieved.c_str(), r.unit.c_str(), r.pct_of_ceiling.c_str(), r.status.c_str());
+              r.achieved.c_str(), r.unit.c_str(), r.pct_of_ceiling.c_str(), r.status.c_str(),
+              r.plan.empty() ? "" : "  plan: ", r.plan.c_str());
   std::fflush(stdout);
 }
 
