@@ -3,10 +3,14 @@
 //
 // Same work list, packing and outputs as attention.cuh: an item is (request, K/V head, 128 packed
 // query rows, key range), the group's query heads (x query tokens) packed into the rows, so each
-// K/V tile is read once per group. The CTA has three warpgroups:
-//   producer (warpgroup 0, registers lowered by setmaxnreg): copies Q, then streams K/V tiles with
-//     cp.async gathers (any page size, either layout, ragged or paged) into kStages shared-memory
-//     stages; each thread's copies arrive on the stage's "full" mbarrier when they land;
+// K/V tile is read once per group. CTAs are persistent: each starts with item blockIdx.x and then
+// claims the next one from a counter in the workspace header (the last CTA resets it). The CTA
+// has three warpgroups:
+//   producer (warpgroup 0, registers lowered by setmaxnreg): copies Q, then streams K/V tiles into
+//     kStages shared-memory stages: a tile that lies whole in one page (or in ragged K/V) by TMA,
+//     others by cp.async gathers (any page size, either layout); the copies arrive on the stage's
+//     "full" mbarrier when they land. It runs ahead into the next item once the consumers have
+//     read Q (the q_empty mbarrier);
 //   consumers (warpgroups 1 and 2, 64 query rows each): wait "full", S = Q K^T with wgmma (both
 //     operands in shared memory), online softmax in registers, O += P V with P from registers and
 //     V read transposed from shared memory, then arrive on the stage's "empty" mbarrier.
