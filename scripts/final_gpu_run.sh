@@ -3,7 +3,7 @@
 # tarred to $OUT/logs.tgz after every stage so that a time-out still returns what finished.
 #   scripts/final_gpu_run.sh verify    full build, every ctest (and the prefill tests again on the
 #                                      portable kernel), Python, memcheck/racecheck/synccheck, and
-#                                      the single-case checks below (~6 min)
+#                                      the single-case checks below (~7 min)
 #   scripts/final_gpu_run.sh measure   prefill and decode sweeps with peers and reports, the engine
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
 # A fresh machine keeps nothing: each call builds (about 30 s). Carry .deps (GoogleTest sources).
@@ -20,7 +20,23 @@ case $mode in
     # draft tokens at batch 1 x 32K (item 10: one CTA before the fix, ~455 GB/s expected after).
     for c in "--num-kv-heads 1 --qo-len 4" "--num-kv-heads 8 --qo-len 1"; do
       build-gpu/gqattn-bench --device cuda --family decode --batch 1 --kv-len 32768 $c --iters 20 2>&1 | grep "GB/s"
-    done | tee "$LOG_DIR/single_cases.txt"; save
+    done | tee "$LOG_DIR/single_cases.txt"
+    # Open question of docs/perf-notes.md item 12: split configs ran ~10% slower inside the sweep
+    # than as single cases. The same three cases as single cases, then as a three-row sweep, then
+    # after the hd128 decode sweep's first 40 rows; each row prints its plan.
+    probe=$LOG_DIR/probe.csv
+    { head -1 bench/sweeps/decode.csv
+      echo "decode,bf16,32,8,128,16,1,1,32768,1"; echo "decode,bf16,32,8,128,16,32,1,8192,1"
+      echo "decode,bf16,32,4,128,16,32,1,32768,1"; } > "$probe"
+    for c in "--batch 1 --kv-len 32768 --num-kv-heads 8" "--batch 32 --kv-len 8192 --num-kv-heads 8" \
+             "--batch 32 --kv-len 32768 --num-kv-heads 4"; do
+      build-gpu/gqattn-bench --device cuda --family decode $c --iters 20 2>&1 | grep "GB/s"
+    done > "$LOG_DIR/probe_single.txt"
+    build-gpu/gqattn-bench --device cuda --sweep "$probe" --iters 20 2>&1 | grep "^decode" > "$LOG_DIR/probe_sweep.txt"
+    { head -41 bench/sweeps/decode.csv; tail -n +2 "$probe"; } > "$LOG_DIR/probe_after.csv"
+    build-gpu/gqattn-bench --device cuda --sweep "$LOG_DIR/probe_after.csv" --iters 20 2>&1 | grep "^decode" |
+      tail -3 > "$LOG_DIR/probe_after.txt"
+    cat "$LOG_DIR"/probe_{single,sweep,after}.txt; save
     PYTEST_TIMEOUT=200 scripts/gpu_check.sh python 2>&1 | grep -E "passed|failed|error" | head -6; save
     scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10; save
     ;;
