@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Measures the wip/ patches on the GPU in one call: main itself and, for each patch, a copy of the
-# tree with the patch applied are built (sm_90a, hd128, bf16: fast); the patch's GPU tests run
-# (prefill and decode, both kernel paths, synccheck on the sm_90a prefill), and the hd128 sweep of
-# the family it touches runs on main's binary and the patched one back to back, compared by
+# tree with the patch applied are built (sm_90a, bf16, hd128 or the WIP_HEAD_DIMS list: fast);
+# the patch's GPU tests run (prefill and decode, both kernel paths, synccheck on the sm_90a
+# prefill), and the sweep rows of those head dims, of the family the patch touches, run on main's
+# binary and the patched one back to back, compared by
 # bench/compare.py (machines differ by up to 10%, so only an A/B inside one call counts).
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
-# Usage (on the GPU machine): LOG_DIR=/tmp/W scripts/wip_check.sh [patch ...]
+# Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] scripts/wip_check.sh [patch ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -13,8 +14,9 @@ LOG_DIR=${LOG_DIR:-/tmp/wip-logs}
 GTEST=${GQATTN_GTEST_SOURCE_DIR:-$ROOT/.deps/googletest}
 PATCHES=${*:-$(ls wip/*.patch)}
 status=0
+HEAD_DIMS=${WIP_HEAD_DIMS:-128}  # e.g. WIP_HEAD_DIMS="128;256" for a patch aimed at hd256
 configure() {  # configure SRC BUILD LOG: the fast build every tree of this script uses
-  cmake -S "$1" -B "$2" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS=90a -DGQATTN_HEAD_DIMS=128 \
+  cmake -S "$1" -B "$2" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS=90a -DGQATTN_HEAD_DIMS="$HEAD_DIMS" \
     -DGQATTN_DTYPES=bf16 -DGQATTN_PYTHON=OFF -DGQATTN_GTEST_SOURCE_DIR="$GTEST" > "$3" 2>&1
 }
 main_dir=/tmp/wip-tree-main
@@ -45,7 +47,8 @@ for patch in $PATCHES; do
     prefill-*|sm90-*) fam=prefill ;;
     *) fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode) ;;
   esac
-  awk -F, 'NR == 1 || $5 == 128' "bench/sweeps/$fam.csv" > "$logs/sweep.csv"  # the head dim this build has
+  awk -F, -v dims=";$HEAD_DIMS;" 'NR == 1 || index(dims, ";" $5 ";") > 0' "bench/sweeps/$fam.csv" \
+    > "$logs/sweep.csv"  # the head dims this build has
   "$main_dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/main_$fam.csv" \
     > "$logs/bench_main.log" 2>&1 || status=1
   "$dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/ours_$fam.csv" \
