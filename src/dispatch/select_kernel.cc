@@ -3,9 +3,8 @@
 #include "dispatch/select_kernel.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
+#include "api/env_flag.h"
 #include "gqattn/error.h"
 
 namespace gqattn::dispatch {
@@ -75,10 +74,7 @@ constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 }  // namespace
 
 bool sm90_disabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("GQATTN_DISABLE_SM90");
-    return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
-  }();
+  static const bool disabled = env_flag("GQATTN_DISABLE_SM90");
   return disabled;
 }
 

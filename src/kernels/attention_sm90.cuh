@@ -24,10 +24,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
+#include "api/env_flag.h"
 #include "kernels/attention.cuh"
 #include "prims/sm90.cuh"
 #include "prims/wgmma_ops.cuh"
@@ -476,8 +476,8 @@ struct Sm90Prefill {
   static Sm90Tma make_tma(const AttentionParams& p) {
     Sm90Tma t;
     std::memset(&t, 0, sizeof(t));
-    const char* off = std::getenv("GQATTN_DISABLE_TMA");
-    if (off != nullptr && std::strcmp(off, "") != 0 && std::strcmp(off, "0") != 0) return t;
+    static const bool tma_disabled = env_flag("GQATTN_DISABLE_TMA");  // read once per process
+    if (tma_disabled) return t;
     const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
     if (encode == nullptr || p.kv_rows <= 0 || p.num_kv_heads <= 0) return t;
     const bool paged = p.page_indices != nullptr;
