@@ -196,11 +196,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   }
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);
 
-  // The merge's cost is counted in keys of this kernel: a key costs the wider families more time
-  // (decode_wide: 1.36x decode's, H200: MQA and GQA-8 at 128 x 512 unsplit, 23.6 and 17.3 us), so
-  // the same merge is fewer of their keys.
-  const double merge_rows = static_cast<double>(plan.total_qo) * plan.num_qo_heads /
-                            (kernel.family == kernels::Family::kDecode ? 1.0 : 1.36);
+  // The merge's cost is counted in keys of this kernel: where a key takes longer, the same merge
+  // is fewer keys.
+  const double merge_rows = static_cast<double>(plan.total_qo) * plan.num_qo_heads / kernel.key_time;
   int kv_chunk = kernel.split_kv ? plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
                                                         kernel.kv_tile, kMinChunkKeys, inputs.max_num_splits,
                                                         merge_rows)

@@ -23,6 +23,7 @@ KernelChoice entry() {
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
   c.split_kv = F != Family::kPrefillSm90;
+  c.key_time = F == Family::kDecode ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
   return c;
