@@ -16,20 +16,16 @@ scripts/gpu_check.sh build > "$LOG_DIR/s_build.txt" 2>&1; tail -1 "$LOG_DIR/s_bu
 case $mode in
   verify)
     scripts/gpu_check.sh test 2>&1 | grep -E "tests passed|tests failed|PASSED|FAILED" | head -20; save
-    # Single cases whose figure a recent change predicts (docs/perf-notes.md): MQA decode with 4
-    # draft tokens at batch 1 x 32K (item 10: one CTA before the fix, ~455 GB/s expected after).
-    for c in "--num-kv-heads 1 --qo-len 4" "--num-kv-heads 8 --qo-len 1"; do
-      build-gpu/gqattn-bench --device cuda --family decode --batch 1 --kv-len 32768 $c --iters 20 2>&1 | grep "GB/s"
-    done | tee "$LOG_DIR/single_cases.txt"
-    # Open question of docs/perf-notes.md item 12: split configs ran ~10% slower inside the sweep
-    # than as single cases. The same three cases as single cases, then as a three-row sweep, then
+    # Single cases (docs/perf-notes.md): MQA decode with 4 draft tokens at batch 1 x 32K (item 10:
+    # one CTA before the fix, 453-512 GB/s after), then the open question of item 12 (split configs
+    # ~10% slower inside the sweep than alone): three cases alone, then as a three-row sweep, then
     # after the hd128 decode sweep's first 40 rows; each row prints its plan.
     probe=$LOG_DIR/probe.csv
     { head -1 bench/sweeps/decode.csv
       echo "decode,bf16,32,8,128,16,1,1,32768,1"; echo "decode,bf16,32,8,128,16,32,1,8192,1"
       echo "decode,bf16,32,4,128,16,32,1,32768,1"; } > "$probe"
-    for c in "--batch 1 --kv-len 32768 --num-kv-heads 8" "--batch 32 --kv-len 8192 --num-kv-heads 8" \
-             "--batch 32 --kv-len 32768 --num-kv-heads 4"; do
+    for c in "--batch 1 --kv-len 32768 --num-kv-heads 1 --qo-len 4" "--batch 1 --kv-len 32768 --num-kv-heads 8" \
+             "--batch 32 --kv-len 8192 --num-kv-heads 8" "--batch 32 --kv-len 32768 --num-kv-heads 4"; do
       build-gpu/gqattn-bench --device cuda --family decode $c --iters 20 2>&1 | grep "GB/s"
     done > "$LOG_DIR/probe_single.txt"
     build-gpu/gqattn-bench --device cuda --sweep "$probe" --iters 20 2>&1 | grep "^decode" > "$LOG_DIR/probe_sweep.txt"
