@@ -83,9 +83,46 @@ void check_cublas(cublasStatus_t s, const char* what) {
   GQ_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuBLAS error ", static_cast<int>(s), " in ", what);
 }
 
+// Every case's buffers come from one device allocation made at the first case and kept for the
+// process, as a serving engine allocates its K/V pool once. Allocating and freeing per case made
+// the same case up to 12% slower late in a sweep than alone (docs/perf-notes.md, item 15): where a
+// fresh allocation lands depends on what was allocated and freed before, and the random page
+// tables of paged K/V are sensitive to it.
+class Arena {
+ public:
+  // Space for one case: every take() after reset() is carved from the start of the allocation.
+  void reset() { used_ = 0; }
+  void* take(size_t bytes) {
+    if (base_ == nullptr) {
+      size_t free_bytes = 0, total_bytes = 0;
+      GQ_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+      const size_t keep = size_t(6) << 30;  // for cuBLAS, graphs and the driver
+      GQ_CHECK(free_bytes > keep + kAlign, "gqattn-bench: only ", free_bytes, " bytes of device memory free");
+      capacity_ = (free_bytes - keep) / kAlign * kAlign;
+      GQ_CUDA_CHECK(cudaMalloc(&base_, capacity_));
+    }
+    const size_t size = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    GQ_CHECK(used_ + size <= capacity_, "gqattn-bench: the case needs more than the ", capacity_,
+             " bytes of device memory the bench holds");
+    void* p = static_cast<char*>(base_) + used_;
+    used_ += size;
+    return p;
+  }
+
+ private:
+  static constexpr size_t kAlign = size_t(2) << 20;
+  void* base_ = nullptr;  // freed when the process exits
+  size_t capacity_ = 0, used_ = 0;
+};
+Arena& case_arena() {
+  static Arena arena;
+  return arena;
+}
+
 // One buffer set of a case: pools (or ragged K/V), page table, q, o, and the captured run.
 struct CaseSet {
-  DeviceBuffer k, v, q, o, indptr, indices, last, qo_indptr;
+  void *k = nullptr, *v = nullptr, *q = nullptr, *o = nullptr, *indptr = nullptr, *indices = nullptr, *last = nullptr,
+       *qo_indptr = nullptr;
   cudaGraphExec_t exec = nullptr;
 };
 
@@ -141,7 +178,9 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
 
   cudaStream_t stream;
   GQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  DeviceBuffer workspace = alloc(kRecommendedWorkspaceBytes);
+  Arena& arena = case_arena();
+  arena.reset();
+  void* workspace = arena.take(kRecommendedWorkspaceBytes);
 
   // Lengths and the plan (identical for every set: only addresses differ).
   const int page_size = paged ? c.page_size : 1;
@@ -166,8 +205,8 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   in.kv_indptr = kv_indptr;
   if (paged) in.kv_last_page_len = last;
   if (decode) in.qo_len = qo_len; else in.qo_indptr = qo_indptr;
-  const Plan plan = decode ? decode_plan(in, {workspace.get(), kRecommendedWorkspaceBytes}, stream)
-                           : prefill_plan(in, {workspace.get(), kRecommendedWorkspaceBytes}, stream);
+  const Plan plan = decode ? decode_plan(in, {workspace, kRecommendedWorkspaceBytes}, stream)
+                           : prefill_plan(in, {workspace, kRecommendedWorkspaceBytes}, stream);
 
   std::vector<CaseSet> set(sets);
   std::mt19937_64 rng(1234);
@@ -175,31 +214,31 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
     CaseSet& cs = set[s];
     const int64_t pool_tokens = paged ? pool_pages * page_size : kv_total_tokens;
     const size_t kv_elems = size_t(pool_tokens) * c.num_kv_heads * c.head_dim;
-    cs.k = alloc(kv_elems * elem);
-    cs.v = alloc(kv_elems * elem);
-    fill_random(cs.k.get(), kv_elems, 10 + s, c.dtype);
-    fill_random(cs.v.get(), kv_elems, 20 + s, c.dtype);
+    cs.k = arena.take(kv_elems * elem);
+    cs.v = arena.take(kv_elems * elem);
+    fill_random(cs.k, kv_elems, 10 + s, c.dtype);
+    fill_random(cs.v, kv_elems, 20 + s, c.dtype);
     const size_t q_elems = size_t(c.batch) * qo_len * c.num_qo_heads * c.head_dim;
-    cs.q = alloc(q_elems * elem);
-    cs.o = alloc(q_elems * elem);
-    fill_random(cs.q.get(), q_elems, 30 + s, c.dtype);
-    cs.indptr = alloc(kv_indptr.size() * 4);
-    cs.last = alloc(last.size() * 4);
-    cs.qo_indptr = alloc(qo_indptr.size() * 4);
-    GQ_CUDA_CHECK(cudaMemcpy(cs.indptr.get(), kv_indptr.data(), kv_indptr.size() * 4, cudaMemcpyHostToDevice));
-    GQ_CUDA_CHECK(cudaMemcpy(cs.last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
-    GQ_CUDA_CHECK(cudaMemcpy(cs.qo_indptr.get(), qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice));
+    cs.q = arena.take(q_elems * elem);
+    cs.o = arena.take(q_elems * elem);
+    fill_random(cs.q, q_elems, 30 + s, c.dtype);
+    cs.indptr = arena.take(kv_indptr.size() * 4);
+    cs.last = arena.take(last.size() * 4);
+    cs.qo_indptr = arena.take(qo_indptr.size() * 4);
+    GQ_CUDA_CHECK(cudaMemcpy(cs.indptr, kv_indptr.data(), kv_indptr.size() * 4, cudaMemcpyHostToDevice));
+    GQ_CUDA_CHECK(cudaMemcpy(cs.last, last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+    GQ_CUDA_CHECK(cudaMemcpy(cs.qo_indptr, qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice));
     if (paged) {
       std::vector<int32_t> perm(pool_pages);
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng);
-      cs.indices = alloc(pages_needed * 4);
-      GQ_CUDA_CHECK(cudaMemcpy(cs.indices.get(), perm.data(), pages_needed * 4, cudaMemcpyHostToDevice));
+      cs.indices = arena.take(pages_needed * 4);
+      GQ_CUDA_CHECK(cudaMemcpy(cs.indices, perm.data(), pages_needed * 4, cudaMemcpyHostToDevice));
     }
 
     const int64_t tokens = int64_t(c.batch) * qo_len;
-    const TensorView q = TensorView::contiguous(cs.q.get(), {tokens, c.num_qo_heads, c.head_dim}, c.dtype, Device::kCUDA);
-    const TensorView o = TensorView::contiguous(cs.o.get(), {tokens, c.num_qo_heads, c.head_dim}, c.dtype, Device::kCUDA);
+    const TensorView q = TensorView::contiguous(cs.q, {tokens, c.num_qo_heads, c.head_dim}, c.dtype, Device::kCUDA);
+    const TensorView o = TensorView::contiguous(cs.o, {tokens, c.num_qo_heads, c.head_dim}, c.dtype, Device::kCUDA);
     PagedKV kv;
     RaggedKV ragged;
     if (paged) {
@@ -210,16 +249,16 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
                    : TensorView::contiguous(data, {pool_pages, c.page_size, c.num_kv_heads, c.head_dim}, c.dtype,
                                             Device::kCUDA);
       };
-      kv.k_pages = pool_view(cs.k.get());
-      kv.v_pages = pool_view(cs.v.get());
+      kv.k_pages = pool_view(cs.k);
+      kv.v_pages = pool_view(cs.v);
       kv.layout = c.layout;
-      kv.kv_page_indptr = TensorView::contiguous(cs.indptr.get(), {c.batch + 1}, DType::kInt32, Device::kCUDA);
-      kv.kv_page_indices = TensorView::contiguous(cs.indices.get(), {pages_needed}, DType::kInt32, Device::kCUDA);
-      kv.kv_last_page_len = TensorView::contiguous(cs.last.get(), {c.batch}, DType::kInt32, Device::kCUDA);
+      kv.kv_page_indptr = TensorView::contiguous(cs.indptr, {c.batch + 1}, DType::kInt32, Device::kCUDA);
+      kv.kv_page_indices = TensorView::contiguous(cs.indices, {pages_needed}, DType::kInt32, Device::kCUDA);
+      kv.kv_last_page_len = TensorView::contiguous(cs.last, {c.batch}, DType::kInt32, Device::kCUDA);
     } else {
-      ragged.k = TensorView::contiguous(cs.k.get(), {kv_total_tokens, c.num_kv_heads, c.head_dim}, c.dtype, Device::kCUDA);
-      ragged.v = TensorView::contiguous(cs.v.get(), {kv_total_tokens, c.num_kv_heads, c.head_dim}, c.dtype, Device::kCUDA);
-      ragged.kv_indptr = TensorView::contiguous(cs.indptr.get(), {c.batch + 1}, DType::kInt32, Device::kCUDA);
+      ragged.k = TensorView::contiguous(cs.k, {kv_total_tokens, c.num_kv_heads, c.head_dim}, c.dtype, Device::kCUDA);
+      ragged.v = TensorView::contiguous(cs.v, {kv_total_tokens, c.num_kv_heads, c.head_dim}, c.dtype, Device::kCUDA);
+      ragged.kv_indptr = TensorView::contiguous(cs.indptr, {c.batch + 1}, DType::kInt32, Device::kCUDA);
     }
     cudaGraph_t graph;
     GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -231,7 +270,7 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
       } else {
         PrefillArgs args;
         args.q = q;
-        args.qo_indptr = TensorView::contiguous(cs.qo_indptr.get(), {c.batch + 1}, DType::kInt32, Device::kCUDA);
+        args.qo_indptr = TensorView::contiguous(cs.qo_indptr, {c.batch + 1}, DType::kInt32, Device::kCUDA);
         if (paged) args.paged = kv; else args.ragged = ragged;
         args.causal = c.causal;
         args.o = o;

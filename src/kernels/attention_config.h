@@ -83,7 +83,9 @@ template <int HeadDim>
 struct AttnConfig<Family::kPrefillSm90, HeadDim> {
   static constexpr int kConsumers = 2;    // consumer warpgroups, 64 query rows each
   static constexpr int kKVTile = HeadDim <= 128 ? 128 : 64;
-  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // the consumer holds two stages at once
+  // The consumer holds K of tile t and V of tile t - 1; K and V have separate barriers, so even
+  // two stages keep one tile of each in flight.
+  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;
   // setmaxnreg budgets: the launch gives 168 per thread (384 threads); the producer's release of
   // 80 pays for the consumers' 40 more (96/200 also fits; it measured no faster).
   static constexpr int kProducerRegs = 88;
@@ -98,12 +100,12 @@ struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> {
   static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
   static constexpr int kTileBytes = Cfg::kKVTile * HeadDim * kElemBytes;  // one of K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kBarrierBytes = 128;  // full[kStages], empty[kStages], q_full, q_empty, 3 item indices
+  static constexpr int kBarrierBytes = 128;  // full_k/full_v/empty_k/empty_v[kStages], q_full, q_empty, 3 item indices
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes;
 
   static_assert(HeadDim % 64 == 0, "the sm90 path stores 64-column blocks");
-  static_assert((2 * Cfg::kStages + 2) * 8 + 3 * 4 <= kBarrierBytes, "barrier area too small");
+  static_assert((4 * Cfg::kStages + 2) * 8 + 3 * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
   static_assert(128 * Cfg::kProducerRegs + 128 * Cfg::kConsumers * Cfg::kConsumerRegs <= 65536, "register file");
 };

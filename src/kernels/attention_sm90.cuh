@@ -75,9 +75,14 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   T* s_q = reinterpret_cast<T*>(smem);
   T* s_kv = reinterpret_cast<T*>(smem + Shape::kQBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kQBytes + kStages * Shape::kStageBytes);
-  uint64_t* empty = full + kStages;
-  uint64_t* q_full = empty + kStages;
+  // K and V have their own barriers: a stage's K is released once the S GEMM has read it, its V
+  // once P V has, so the producer refills K one iteration before V (the consumer holds K of tile
+  // t and V of tile t - 1 at once; with a shared barrier two stages gave no lookahead at all).
+  uint64_t* full_k = reinterpret_cast<uint64_t*>(smem + Shape::kQBytes + kStages * Shape::kStageBytes);
+  uint64_t* full_v = full_k + kStages;
+  uint64_t* empty_k = full_v + kStages;
+  uint64_t* empty_v = empty_k + kStages;
+  uint64_t* q_full = empty_v + kStages;
   uint64_t* q_empty = q_full + 1;
   // The producer hands each item index to the consumers through shared memory (s_item[0];
   // >= num_work ends the loop), published by q_full; s_item[1..2]: the next item for the
@@ -90,8 +95,10 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   const int num_work = p.header->num_work;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      sm90::mbar_init(&full[s], 128);                 // every producer thread, on cp.async completion
-      sm90::mbar_init(&empty[s], 4 * Cfg::kConsumers);  // one lane per consumer warp
+      sm90::mbar_init(&full_k[s], 128);  // every producer thread, on cp.async completion (or TMA bytes)
+      sm90::mbar_init(&full_v[s], 128);
+      sm90::mbar_init(&empty_k[s], 4 * Cfg::kConsumers);  // one lane per consumer warp
+      sm90::mbar_init(&empty_v[s], 4 * Cfg::kConsumers);
     }
     sm90::mbar_init(q_full, 128 + 1);  // every producer thread on its Q copies, + thread 0 on s_item
     sm90::mbar_init(q_empty, 4 * Cfg::kConsumers);  // one lane per consumer warp, after its last S GEMM
@@ -165,36 +172,40 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         T* s_v = s_k + kTile * HeadDim;
         if (kTma && key0 + kTile <= kv_stop && key0 % kTile == 0) {
           // A whole tile inside one page (or ragged rows): lanes of warp 0 issue one TMA box each
-          // (K or V, 64 columns x kTile keys); lane 0 announces the bytes, the others arrive.
-          sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
-          if (pwarp == 0) {
-            sm90::fence_proxy_async_smem();  // earlier generic (cp.async) writes of this stage
-            if (plane == 0) sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTile * HeadDim * sizeof(T));
-            else sm90::mbar_arrive(&full[stage]);
-            __syncwarp();
-            constexpr int kBlocks = HeadDim / 64;
-            if (plane < 2 * kBlocks) {
-              const int cb = plane % kBlocks;
-              T* dst = (plane < kBlocks ? s_k : s_v) + cb * (kTile * 64);
-              const CUtensorMap* map = plane < kBlocks ? &tma.k : &tma.v;
-              if (tma.paged != 0) {
-                uint32_t page, slot;
-                p.page.divmod(static_cast<uint32_t>(key0), page, slot);
-                const int id = __ldg(p.page_indices + w.page_begin + page);
+          // (64 columns x kTile keys), first K's boxes, then, once V's buffer is free, V's; lane 0
+          // announces the bytes, the others arrive.
+          constexpr int kBlocks = HeadDim / 64;
+          uint32_t page = 0, slot = 0;
+          int id = 0;
+          if (tma.paged != 0) {
+            p.page.divmod(static_cast<uint32_t>(key0), page, slot);
+            id = __ldg(p.page_indices + w.page_begin + page);
+          }
+          for (int kv = 0; kv < 2; ++kv) {
+            uint64_t* full = kv == 0 ? &full_k[stage] : &full_v[stage];
+            sm90::mbar_wait(kv == 0 ? &empty_k[stage] : &empty_v[stage], ((it / kStages) & 1) ^ 1);
+            if (pwarp == 0) {
+              sm90::fence_proxy_async_smem();  // earlier generic (cp.async) writes of this buffer
+              if (plane == 0) sm90::mbar_arrive_expect_tx(full, kTile * HeadDim * sizeof(T));
+              else sm90::mbar_arrive(full);
+              __syncwarp();
+              if (plane < kBlocks) {
+                T* dst = (kv == 0 ? s_k : s_v) + plane * (kTile * 64);
+                const CUtensorMap* map = kv == 0 ? &tma.k : &tma.v;
                 if (tma.paged == 2) {
-                  sm90::tma_load_3d(dst, map, &full[stage], cb * 64, static_cast<int>(slot), id);
-                } else {
+                  sm90::tma_load_3d(dst, map, full, plane * 64, static_cast<int>(slot), id);
+                } else if (tma.paged != 0) {
                   const int c1 = tma.token_dim == 1 ? static_cast<int>(slot) : w.kv_head;
                   const int c2 = tma.token_dim == 1 ? w.kv_head : static_cast<int>(slot);
-                  sm90::tma_load_4d(dst, map, &full[stage], cb * 64, c1, c2, id);
+                  sm90::tma_load_4d(dst, map, full, plane * 64, c1, c2, id);
+                } else {
+                  sm90::tma_load_3d(dst, map, full, plane * 64, w.kv_head, w.page_begin + key0);
                 }
-              } else {
-                sm90::tma_load_3d(dst, map, &full[stage], cb * 64, w.kv_head, w.page_begin + key0);
               }
+              __syncwarp();
+            } else {
+              sm90::mbar_arrive(full);
             }
-            __syncwarp();
-          } else {
-            sm90::mbar_arrive(&full[stage]);
           }
           continue;
         }
@@ -208,18 +219,36 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
             my_offset = id * p.kv_page_stride + static_cast<int64_t>(slot) * p.kv_token_stride + head_offset;
           }
         }
-        sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+        auto copy_rows = [&](bool with_k, bool with_v) {  // this thread's 16-byte chunks of the tile
 #pragma unroll
-        for (int i = 0; i < kRowsPerWarp / kRowsPerIter; ++i) {
-          const int rr = i * kRowsPerIter + sub;
-          const int64_t offset = __shfl_sync(0xffffffffu, my_offset, rr);
-          const int r = pwarp * kRowsPerWarp + rr;
-          const bool valid = offset >= 0;
-          const int64_t src = valid ? offset + chunk * 8 : 0;
-          prims::cp_async_16(s_k + sw128_offset<kTile>(r, chunk), k + src, valid);
-          prims::cp_async_16(s_v + sw128_offset<kTile>(r, chunk), v + src, valid);
+          for (int i = 0; i < kRowsPerWarp / kRowsPerIter; ++i) {
+            const int rr = i * kRowsPerIter + sub;
+            const int64_t offset = __shfl_sync(0xffffffffu, my_offset, rr);
+            const int r = pwarp * kRowsPerWarp + rr;
+            const bool valid = offset >= 0;
+            const int64_t src = valid ? offset + chunk * 8 : 0;
+            if (with_k) prims::cp_async_16(s_k + sw128_offset<kTile>(r, chunk), k + src, valid);
+            if (with_v) prims::cp_async_16(s_v + sw128_offset<kTile>(r, chunk), v + src, valid);
+          }
+        };
+        const uint32_t parity = ((it / kStages) & 1) ^ 1;
+        if constexpr (kStages < 3) {
+          // Two stages: K's rows as soon as K's buffer is free, V's once V's is, so that K has a
+          // tile of lookahead. Each arrival covers this thread's copies so far.
+          sm90::mbar_wait(&empty_k[stage], parity);
+          copy_rows(true, false);
+          sm90::mbar_arrive_on_cp_async(&full_k[stage]);
+          sm90::mbar_wait(&empty_v[stage], parity);
+          copy_rows(false, true);
+        } else {
+          // Three stages: K and V rows together once the whole stage is free (K ahead of V made
+          // page-16 gathers 10-20% slower: docs/perf-notes.md, item 16).
+          sm90::mbar_wait(&empty_k[stage], parity);
+          sm90::mbar_wait(&empty_v[stage], parity);
+          copy_rows(true, true);
+          sm90::mbar_arrive_on_cp_async(&full_k[stage]);
         }
-        sm90::mbar_arrive_on_cp_async(&full[stage]);
+        sm90::mbar_arrive_on_cp_async(&full_v[stage]);
       }
       // The next item, claimed once this one's loads are issued (the producer runs stages ahead of
       // the consumers, so the atomic's latency is hidden), for every producer warp (named barrier
@@ -344,11 +373,17 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         pa[ks][3] = prims::pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
       }
     };
-    auto wait_stage = [&](uint32_t tile) {
+    // Waits until tile `tile`'s K (kv = 0) or V (kv = 1) has landed; returns the stage's K tile (V
+    // follows it).
+    auto wait_tile = [&](uint32_t tile, int kv) {
       const int stage = static_cast<int>(tile % kStages);
-      sm90::mbar_wait(&full[stage], (tile / kStages) & 1);
+      sm90::mbar_wait(kv == 0 ? &full_k[stage] : &full_v[stage], (tile / kStages) & 1);
       sm90::fence_proxy_async_smem();
-      return s_kv + stage * (2 * kTile * HeadDim);  // K tile; V follows it
+      return s_kv + stage * (2 * kTile * HeadDim);
+    };
+    auto release = [&](uint64_t* bars, uint32_t tile) {  // one lane per warp: tile's K or V is read
+      if (lane == 0) sm90::mbar_arrive(&bars[tile % kStages]);
+      __syncwarp();  // converged again before the next .aligned wgmma / barrier
     };
 
     // Intra-warpgroup pipelining: S of tile t is issued, then P V of tile t - 1; the softmax of
@@ -357,23 +392,26 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       float s[kTile / 2];
       uint32_t pa[kTile / 16][4];
       float scale[2];
-      const T* prev = wait_stage(it);
+      const T* prev = wait_tile(it, 0);
       sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
       issue_s(s, prev);
       sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
       sm90::wgmma_wait<0>();
+      release(empty_k, it);
       if (num_tiles == 1) release_q();
 #pragma unroll
       for (int j = 0; j < kTile / 2; ++j) sm90::fence_operand(s[j]);
       softmax(s, 0, scale);
       pack_p(s, pa);
       for (int t = 1; t < num_tiles; ++t) {
-        const T* cur = wait_stage(it + 1);
+        const T* cur = wait_tile(it + 1, 0);
+        wait_tile(it, 1);
         sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
         issue_s(s, cur);
         issue_pv(pa, prev + kTile * HeadDim);
         sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
         sm90::wgmma_wait<1>();  // S of tile t is done; P V of tile t - 1 may still run
+        release(empty_k, it + 1);
         if (t == num_tiles - 1) release_q();
 #pragma unroll
         for (int j = 0; j < kTile / 2; ++j) sm90::fence_operand(s[j]);
@@ -381,8 +419,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         sm90::wgmma_wait<0>();
 #pragma unroll
         for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
-        if (lane == 0) sm90::mbar_arrive(&empty[it % kStages]);  // tile t - 1 fully read
-        __syncwarp();  // converged again before the next .aligned wgmma / barrier
+        release(empty_v, it);  // tile t - 1 fully read
         ++it;
 #pragma unroll
         for (int j = 0; j < HeadDim / 8; ++j) {
@@ -394,14 +431,14 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         pack_p(s, pa);
         prev = cur;
       }
+      wait_tile(it, 1);
       sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
       issue_pv(pa, prev + kTile * HeadDim);
       sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
       sm90::wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
-      if (lane == 0) sm90::mbar_arrive(&empty[it % kStages]);
-      __syncwarp();  // converged again before the next .aligned wgmma / barrier
+      release(empty_v, it);
       ++it;
     }
 
