@@ -4,7 +4,8 @@
 # their report, and the engine's end-to-end table.
 # Usage: LOG_DIR=/path scripts/gpu_check.sh [stage ...]
 #   stages: build test python sanitize bench e2e (default: all)
-# Env: BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1,
+# Env: GQ_COMMIT (the commit the reports name; the device's copy of .git can lag the working tree),
+#      BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1,
 #      E2E_RUNS (default: all nine: gqattn, expand and --kv-pool-gib 55 at 32, 8 and 1 KV heads).
 # Needs CUDA, CMake, ninja, python3 with torch; GoogleTest sources in .deps/googletest (copied from
 # Debian's googletest package: cp -r /usr/src/googletest .deps/) or GQATTN_GTEST_SOURCE_DIR.
