@@ -3,10 +3,10 @@
 # tree with the patch applied are built (sm_90a, bf16, hd128 or the WIP_HEAD_DIMS list: fast);
 # the patch's GPU tests run (prefill and decode, both kernel paths, synccheck on the sm_90a
 # prefill), and the sweep rows of those head dims, of the family the patch touches, run on main's
-# binary and the patched one back to back, compared by
+# binary and the patched one, WIP_ROUNDS times each (default 2, in the order ABBA), compared by
 # bench/compare.py (machines differ by up to 10%, so only an A/B inside one call counts).
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
-# Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] scripts/wip_check.sh [patch ...]
+# Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_ROUNDS=1] scripts/wip_check.sh [patch ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,11 +49,20 @@ for patch in $PATCHES; do
   esac
   awk -F, -v dims=";$HEAD_DIMS;" 'NR == 1 || index(dims, ";" $5 ";") > 0' "bench/sweeps/$fam.csv" \
     > "$logs/sweep.csv"  # the head dims this build has
-  "$main_dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/main_$fam.csv" \
-    > "$logs/bench_main.log" 2>&1 || status=1
-  "$dir/build/gqattn-bench" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/ours_$fam.csv" \
-    > "$logs/bench.log" 2>&1 || status=1
-  python3 bench/compare.py "$logs/main_$fam.csv" "$logs/ours_$fam.csv" > "$logs/compare.txt" 2>&1
+  # WIP_ROUNDS sweeps per binary in the order main, patch, patch, main, main, ... (a drift over
+  # the call falls on both alike); compare.py takes each row's best run and reports how far
+  # main's own runs differed, the noise this call cannot resolve.
+  main_csvs="" ours_csvs=""
+  for ((r = 1; r <= ${WIP_ROUNDS:-2}; ++r)); do
+    order="main ours"; ((r % 2 == 0)) && order="ours main"
+    for who in $order; do
+      bin=$([ "$who" = main ] && echo "$main_dir" || echo "$dir")/build/gqattn-bench
+      "$bin" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/${who}_${fam}_$r.csv" \
+        > "$logs/bench_${who}_$r.log" 2>&1 || status=1
+    done
+    main_csvs+="${main_csvs:+,}$logs/main_${fam}_$r.csv" ours_csvs+="${ours_csvs:+,}$logs/ours_${fam}_$r.csv"
+  done
+  python3 bench/compare.py "$main_csvs" "$ours_csvs" > "$logs/compare.txt" 2>&1
   tail -1 "$logs/compare.txt"
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/wip_logs.tgz" -C "$LOG_DIR" .
