@@ -9,13 +9,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BENCH=${1:-build-gpu/gqattn-bench}
 LOG_DIR=${LOG_DIR:-/tmp}; mkdir -p "$LOG_DIR"
+# The cases, once: MQA with 4 draft tokens first (alone only), then the three of item 12.
+header=$(head -1 bench/sweeps/decode.csv)
+cases=("decode,bf16,32,1,128,16,1,4,32768,1" "decode,bf16,32,8,128,16,1,1,32768,1"
+       "decode,bf16,32,8,128,16,32,1,8192,1" "decode,bf16,32,4,128,16,32,1,32768,1")
 probe=$LOG_DIR/probe.csv
-{ head -1 bench/sweeps/decode.csv
-  echo "decode,bf16,32,8,128,16,1,1,32768,1"; echo "decode,bf16,32,8,128,16,32,1,8192,1"
-  echo "decode,bf16,32,4,128,16,32,1,32768,1"; } > "$probe"
-for c in "--batch 1 --kv-len 32768 --num-kv-heads 1 --qo-len 4" "--batch 1 --kv-len 32768 --num-kv-heads 8" \
-         "--batch 32 --kv-len 8192 --num-kv-heads 8" "--batch 32 --kv-len 32768 --num-kv-heads 4"; do
-  "$BENCH" --device cuda --family decode $c --iters 20 2>&1 | grep "GB/s"
+printf '%s\n' "$header" "${cases[@]:1}" > "$probe"
+for c in "${cases[@]}"; do  # each alone, in its own process (with the read ceiling it measured)
+  printf '%s\n' "$header" "$c" > "$LOG_DIR/probe_one.csv"
+  "$BENCH" --device cuda --sweep "$LOG_DIR/probe_one.csv" --iters 20 2>&1 | grep -E "^decode|^ceiling +read"
 done > "$LOG_DIR/probe_single.txt"
 "$BENCH" --device cuda --sweep "$probe" --iters 20 2>&1 | grep "^decode" > "$LOG_DIR/probe_sweep.txt"
 { head -41 bench/sweeps/decode.csv; tail -n +2 "$probe"; } > "$LOG_DIR/probe_after.csv"

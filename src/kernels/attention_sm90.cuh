@@ -9,11 +9,12 @@
 //   producer (warpgroup 0, registers lowered by setmaxnreg): copies Q, then streams K/V tiles into
 //     kStages shared-memory stages: a tile that lies whole in one page (or in ragged K/V) by TMA,
 //     others by cp.async gathers (any page size, either layout); the copies arrive on the stage's
-//     "full" mbarrier when they land. It runs ahead into the next item once the consumers have
-//     read Q (the q_empty mbarrier);
+//     "full" mbarrier of K or V when they land. It runs ahead into the next item once the
+//     consumers have read Q (the q_empty mbarrier);
 //   consumers (warpgroups 1 and 2, 64 query rows each): wait "full", S = Q K^T with wgmma (both
 //     operands in shared memory), online softmax in registers, O += P V with P from registers and
-//     V read transposed from shared memory, then arrive on the stage's "empty" mbarrier.
+//     V read transposed from shared memory; K's "empty" mbarrier is arrived on after the S GEMM,
+//     V's after P V.
 // The two consumers are not synchronised with each other, so one's softmax overlaps the other's
 // GEMMs. Shared-memory tiles use the 128-byte swizzle that the wgmma descriptors describe.
 #pragma once
