@@ -32,6 +32,7 @@ KernelChoice entry() {
 template <DType D, int HeadDim>
 void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kDecode>());
+  table.push_back(entry<D, HeadDim, Family::kDecodeMid>());
   table.push_back(entry<D, HeadDim, Family::kDecodeWide>());
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
 #ifdef GQATTN_BUILT_SM90
@@ -68,8 +69,9 @@ const std::vector<KernelChoice>& table() {
   return t;
 }
 
-// Packed rows per CTA of the two decode families (16 and 64).
+// Packed rows per CTA of the three decode families (16, 32 and 64).
 constexpr int kDecodeRows = AttnShape<Family::kDecode, 128>::kCtaRows;
+constexpr int kDecodeMidRows = AttnShape<Family::kDecodeMid, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 
 }  // namespace
@@ -83,6 +85,7 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
+                  : max_packed_rows <= kDecodeMidRows  ? Family::kDecodeMid
                   : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
                                                        : Family::kPrefill;
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).

@@ -7,13 +7,16 @@ namespace gqattn::kernels {
 
 // decode: few packed query rows (group_size x qo_len <= 16), many keys: one warp row, four warps
 //         splitting each K/V tile, a deep cp.async pipeline to keep HBM busy.
+// decode_mid: 17..32 packed rows (MQA with 32 query heads, GQA-8 with 4 draft tokens): one warp
+//         row of two 16-row tiles, four warps splitting each K/V tile, so that all four warps
+//         compute on 32 rows (decode_wide idles its second row warp there).
 // decode_wide: up to 64 packed rows (MQA, or GQA with several draft tokens): two warps along the
 //         rows (two 16-row tiles each) times two warps along the keys, the same deep pipeline.
 // prefill: many query rows: four warps along the rows (kMTiles x 16 rows each), each K/V tile
 //         shared by all of them.
 // prefill_sm90: the Hopper path (attention_sm90.cuh): one producer warpgroup streams K/V tiles
 //         into an mbarrier pipeline, two consumer warpgroups of 64 rows each run wgmma.
-enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3 };
+enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3, kDecodeMid = 4 };
 
 template <Family F, int HeadDim>
 struct AttnConfig;
@@ -28,6 +31,17 @@ struct AttnConfig<Family::kDecode, HeadDim> {
   // computes, the other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA
   // per SM, 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
   static constexpr int kStages = 3;
+};
+
+template <int HeadDim>
+struct AttnConfig<Family::kDecodeMid, HeadDim> {
+  // hd256: decode_wide's shape (four single-tile warps, 64 rows); two row tiles would not fit
+  // registers, and two warps of one tile each spilled.
+  static constexpr int kWarpsM = HeadDim <= 128 ? 1 : 4;
+  static constexpr int kMTiles = HeadDim <= 128 ? 2 : 1;
+  static constexpr int kWarpsKV = HeadDim <= 128 ? 4 : 1;
+  static constexpr int kKVTile = 64;
+  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // two CTAs per SM at hd <= 128
 };
 
 template <int HeadDim>
