@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -99,6 +100,15 @@ class Arena {
       const size_t keep = size_t(6) << 30;  // for cuBLAS, graphs and the driver
       GQ_CHECK(free_bytes > keep + kAlign, "gqattn-bench: only ", free_bytes, " bytes of device memory free");
       capacity_ = (free_bytes - keep) / kAlign * kAlign;
+      // GQATTN_BENCH_ARENA_GIB caps it: ncu's kernel replay saves and restores the memory a kernel
+      // can reach, and fails on an allocation of the whole card (scripts/ncu_decode.sh sets it).
+      if (const char* cap = std::getenv("GQATTN_BENCH_ARENA_GIB"); cap != nullptr && *cap != '\0') {
+        char* end = nullptr;
+        const long gib = std::strtol(cap, &end, 10);
+        GQ_CHECK(*end == '\0' && gib > 0, "GQATTN_BENCH_ARENA_GIB: expected a positive number of GiB, got '",
+                 cap, "'");
+        capacity_ = std::min(capacity_, size_t(gib) << 30);
+      }
       GQ_CUDA_CHECK(cudaMalloc(&base_, capacity_));
     }
     const size_t size = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# ncu on single decode cases: the attention kernel's last launch of each case (after the bench's
+# ncu on single decode cases: one launch of the attention kernel per case (the sixth, NCU_SKIP, after the bench's
 # warm-up), with the sections that say why a streaming kernel is below the read ceiling (DRAM
-# throughput, occupancy, warp stalls, shared-memory conflicts). Clocks are left alone.
+# throughput, occupancy, warp stalls, shared-memory conflicts). Clocks are left alone. The bench's
+# arena is capped (NCU_ARENA_GIB, default 8): profiling failed with the arena of the whole card,
+# probably as replay saves the memory a kernel can reach (session 6); a case needs its K/V bytes.
 # Usage: LOG_DIR=dir scripts/ncu_decode.sh path/to/gqattn-bench "SWEEP_ROW" ["SWEEP_ROW" ...]
 #   SWEEP_ROW as in bench/sweeps/decode.csv, e.g. "decode,bf16,32,1,128,16,128,1,32768,1"
 # Writes LOG_DIR/ncu_<n>.txt (full details) and prints a few lines per case.
@@ -15,7 +17,7 @@ n=0
 for row in "$@"; do
   n=$((n + 1))
   printf '%s\n' "$header" "$row" > "$LOG_DIR/ncu_case_$n.csv"
-  timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --graph-profiling node \
+  GQATTN_BENCH_ARENA_GIB=${NCU_ARENA_GIB:-8} timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --graph-profiling node \
     --kernel-name regex:attention_kernel --launch-skip "${NCU_SKIP:-5}" --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \

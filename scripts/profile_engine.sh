@@ -19,7 +19,9 @@ unit = hdr.index("Metric Unit")
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows:
     v = float(r[vi].replace(",", "")); u = r[unit]
-    v = v / 1e3 if u == "nsecond" else v if u == "usecond" else v * 1e3
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+    assert u in scale, f"profile_engine.sh: unknown time unit {u!r}"
+    v = v * scale[u]
     name = r[ki][:90]; tot[name] += v; cnt[name] += 1
 all_us = sum(tot.values())
 print(f"{len(rows)} kernels, {all_us:.0f} us total")
