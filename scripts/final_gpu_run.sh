@@ -6,6 +6,9 @@
 #                                      the single-case checks below (~7 min)
 #   scripts/final_gpu_run.sh measure   prefill and decode sweeps with peers and reports, the engine
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
+#   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
+#                                      against 8 query heads on one K/V head, MHA 128 x 512) and the
+#                                      engine's decode step per kernel for MQA and GQA-8 (~4 min)
 # A fresh machine keeps nothing: each call builds (about 30 s). Carry .deps (GoogleTest sources).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,14 @@ case $mode in
     E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt"; save
     BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
     ;;
-  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify or measure)"; exit 2 ;;
+  profile)
+    scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
+      "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1"; save
+    for heads in 1 8; do
+      timeout 150 scripts/profile_engine.sh build-gpu "$heads" "$LOG_DIR/prof_kv$heads.csv" \
+        > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save
+    done
+    ;;
+  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure or profile)"; exit 2 ;;
 esac
 save
