@@ -32,7 +32,7 @@ KernelChoice entry() {
 template <DType D, int HeadDim>
 void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kDecode>());
-  table.push_back(entry<D, HeadDim, Family::kDecodeMid>());
+  if constexpr (HeadDim <= kernels::kDecodeMidMaxHeadDim) table.push_back(entry<D, HeadDim, Family::kDecodeMid>());
   table.push_back(entry<D, HeadDim, Family::kDecodeWide>());
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
 #ifdef GQATTN_BUILT_SM90
@@ -85,7 +85,8 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
-                  : max_packed_rows <= kDecodeMidRows  ? Family::kDecodeMid
+                  : max_packed_rows <= kDecodeMidRows && head_dim <= kernels::kDecodeMidMaxHeadDim
+                      ? Family::kDecodeMid
                   : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
                                                        : Family::kPrefill;
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).

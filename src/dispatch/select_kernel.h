@@ -25,7 +25,7 @@ struct KernelChoice {
 };
 
 // Picks the variant for `max_packed_rows` = the largest group_size x qo_len of the batch: the
-// decode family up to 16 rows, decode_mid up to 32, decode_wide up to 64, prefill above
+// decode family up to 16 rows, decode_mid up to 32 (head_dim <= 128), decode_wide up to 64, prefill above
 // (attention_config.h); on a device of compute capability `sm` = 90 the prefill rows go to the
 // wgmma kernel when it was built (GQATTN_CUDA_ARCHS with 90a), GQATTN_DISABLE_SM90 is not set
 // and `need_split` is false (the wgmma kernel does not split keys; the planner asks for splits

@@ -7,7 +7,7 @@ namespace gqattn::kernels {
 
 // decode: few packed query rows (group_size x qo_len <= 16), many keys: one warp row, four warps
 //         splitting each K/V tile, a deep cp.async pipeline to keep HBM busy.
-// decode_mid: 17..32 packed rows (MQA with 32 query heads, GQA-8 with 4 draft tokens): one warp
+// decode_mid: 17..32 packed rows at head_dim <= 128 (MQA with 32 query heads, GQA-8 with 4 draft tokens): one warp
 //         row of two 16-row tiles, four warps splitting each K/V tile, so that all four warps
 //         compute on 32 rows (decode_wide idles its second row warp there).
 // decode_wide: up to 64 packed rows (MQA, or GQA with several draft tokens): two warps along the
@@ -33,15 +33,18 @@ struct AttnConfig<Family::kDecode, HeadDim> {
   static constexpr int kStages = 3;
 };
 
+// decode_mid exists up to this head dim. Above it two row tiles do not fit the registers and two
+// warps of one tile each spilled, so 17..32 rows take decode_wide (select_kernel).
+constexpr int kDecodeMidMaxHeadDim = 128;
+
 template <int HeadDim>
 struct AttnConfig<Family::kDecodeMid, HeadDim> {
-  // hd256: decode_wide's shape (four single-tile warps, 64 rows); two row tiles would not fit
-  // registers, and two warps of one tile each spilled.
-  static constexpr int kWarpsM = HeadDim <= 128 ? 1 : 4;
-  static constexpr int kMTiles = HeadDim <= 128 ? 2 : 1;
-  static constexpr int kWarpsKV = HeadDim <= 128 ? 4 : 1;
+  static_assert(HeadDim <= kDecodeMidMaxHeadDim, "decode_mid is built for head_dim <= 128 only");
+  static constexpr int kWarpsM = 1;
+  static constexpr int kMTiles = 2;
+  static constexpr int kWarpsKV = 4;
   static constexpr int kKVTile = 64;
-  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // two CTAs per SM at hd <= 128
+  static constexpr int kStages = 3;  // two CTAs per SM
 };
 
 template <int HeadDim>

@@ -466,8 +466,11 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
   } else {
     EXPECT_EQ(c.family, kernels::Family::kPrefillSm90);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 16, 90).family, kernels::Family::kDecode);
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 17, 90).family, kernels::Family::kDecodeMid);
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, kernels::Family::kDecodeMid);
+    // 17..32 rows: decode_mid, which exists up to head_dim 128 (decode_wide above).
+    const kernels::Family mid = info.head_dims[0] <= kernels::kDecodeMidMaxHeadDim ? kernels::Family::kDecodeMid
+                                                                                 : kernels::Family::kDecodeWide;
+    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 17, 90).family, mid);
+    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, mid);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
     // A plan that needs key splits keeps the portable kernel (the wgmma one does not split).
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90, true).family,
