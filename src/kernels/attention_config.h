@@ -7,9 +7,9 @@ namespace gqattn::kernels {
 
 // decode: few packed query rows (group_size x qo_len <= 16), many keys: one warp row, four warps
 //         splitting each K/V tile, a deep cp.async pipeline to keep HBM busy.
-// decode_mid: 17..32 packed rows at head_dim <= 128 (MQA with 32 query heads, GQA-8 with 4 draft tokens): one warp
-//         row of two 16-row tiles, four warps splitting each K/V tile, so that all four warps
-//         compute on 32 rows (decode_wide idles its second row warp there).
+// decode_mid: 17..32 packed rows at head_dim <= 128 (MQA with 32 query heads, GQA-8 with 4 draft
+//         tokens): one warp row of two 16-row tiles, four warps splitting each K/V tile, so that
+//         all four warps compute on 32 rows (decode_wide idles its second row warp there).
 // decode_wide: up to 64 packed rows (MQA, or GQA with several draft tokens): two warps along the
 //         rows (two 16-row tiles each) times two warps along the keys, the same deep pipeline.
 // prefill: many query rows: four warps along the rows (kMTiles x 16 rows each), each K/V tile
