@@ -72,6 +72,10 @@ class AttentionBackend {
   // (same layout as k) over each request's K/V, causal. Allocates nothing, never synchronises.
   virtual void forward(const LayerCache& cache, const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& o, const AttentionMetadata& meta) = 0;
+  // After plan() of a graph step: which of the backend's graph shapes the step needs (steps whose
+  // plans launch different kernels replay different CUDA graphs), from 0 to kGraphVariants - 1.
+  static constexpr int kGraphVariants = 2;
+  virtual int graph_variant() const { return 0; }
 };
 
 using AttentionBackendFactory = std::function<std::unique_ptr<AttentionBackend>(const AttentionContext&)>;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "compute.h"
+#include "api/env_flag.h"
 #include "kernels/launch.h"
 #include "gqattn/error.h"
 #include "prims/cuda_check.h"
@@ -499,6 +500,7 @@ class CudaCompute final : public Compute {
     GQ_CUBLAS_CHECK(cublasLtCreate(&lt_));
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
+    gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
   }
   ~CudaCompute() override {
     cudaStreamSynchronize(stream_);
@@ -821,7 +823,7 @@ class CudaCompute final : public Compute {
     }
     GQ_CHECK(!candidates.empty(), "gemm: cuBLASLt has no algorithm for y[", n, ", ", std::get<1>(key), "] = x[", n,
              ", ", std::get<3>(key), "] . w^T (", cublasLtGetStatusString(status), ")");
-    p.algo = tune ? fastest_gemm_algo(p, candidates, w, x, y) : candidates.front();
+    p.algo = tune ? fastest_gemm_algo(p, key, candidates, w, x, y) : candidates.front();
     p.has_algo = true;
     p.settled = tune || n > kGemmTuneMaxRows;
   }
@@ -829,8 +831,10 @@ class CudaCompute final : public Compute {
   // Times each candidate (one warm-up, then kGemmTuneReps runs each after an L2 flush) and returns
   // the fastest; a candidate without split-K (no reduction kernel) wins when it is within
   // kSplitKSlack of it. Candidates that fail to run are skipped. Synchronises the stream.
-  cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const std::vector<cublasLtMatmulAlgo_t>& candidates,
-                                         const void* w, const void* x, void* y) {
+  // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
+  cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
+                                         const std::vector<cublasLtMatmulAlgo_t>& candidates, const void* w,
+                                         const void* x, void* y) {
     if (!l2_flush_.data() && !l2_flush_failed_ && l2_bytes_ > 0) {
       try {
         l2_flush_ = alloc(size_t(kL2FlushFactor) * size_t(l2_bytes_));
@@ -864,6 +868,21 @@ class CudaCompute final : public Compute {
       for (size_t i = 0; i < candidates.size(); ++i)
         if (split_k(candidates[i]) <= 1 && ms[i] <= ms[fastest] * kSplitKSlack && (best == fastest || ms[i] < ms[best]))
           best = i;
+    }
+    if (gemm_log_) {
+      int32_t algo_id = -1;
+      uint32_t tile = 0;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&candidates[best], CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof(algo_id),
+                                           &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&candidates[best], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                           &written);
+      const double bytes = 2.0 * std::get<1>(key) * std::get<3>(key);
+      std::fprintf(stderr,
+                   "gemm tune m %d n %d k %d: %zu candidates, heuristic's first %.1f us, chosen #%zu %.1f us "
+                   "(%.0f GB/s of weights; algo %d tile %u split-k %d)\n",
+                   std::get<1>(key), std::get<2>(key), std::get<3>(key), candidates.size(), ms[0] * 1e3, best,
+                   ms[best] * 1e3, bytes / (ms[best] * 1e6), algo_id, tile, split_k(candidates[best]));
     }
     return candidates[best];
   }
@@ -906,6 +925,7 @@ class CudaCompute final : public Compute {
   cudaEvent_t tune_events_[2 * kGemmTuneReps] = {};
   DeviceBuffer l2_flush_;
   bool l2_flush_failed_ = false;
+  bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
 };

@@ -41,6 +41,7 @@ class ExpandBackend final : public AttentionBackend {
              " pages but the scratch holds ", capacity_, " (max_step_pages)");
     step_.plan(meta);
   }
+  int graph_variant() const override { return step_.graph_variant(); }
   void forward(const LayerCache& cache, const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& o, const AttentionMetadata& meta) override {
     append_step_kv(compute_, cache, k, v, meta);

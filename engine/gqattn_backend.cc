@@ -15,6 +15,7 @@ class GqattnBackend final : public AttentionBackend {
 
   std::string name() const override { return "gqattn"; }
   void plan(const AttentionMetadata& meta) override { step_.plan(meta); }
+  int graph_variant() const override { return step_.graph_variant(); }
   void forward(const LayerCache& cache, const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& o, const AttentionMetadata& meta) override {
     append_step_kv(compute_, cache, k, v, meta);

@@ -368,7 +368,8 @@ void ModelRunner::forward(const ForwardBatch& batch) {
     padded.num_decode = bucket;
     const AttentionMetadata meta = upload_metadata(padded, true);
     attention_->plan(meta);
-    compute_->run_graph(bucket, [&] { run_model(meta, bucket); });
+    const int key = bucket * AttentionBackend::kGraphVariants + attention_->graph_variant();
+    compute_->run_graph(key, [&] { run_model(meta, bucket); });
   }
   last_num_samples_ = int(batch.sample_rows.size());
 }

@@ -38,6 +38,8 @@ void StepAttention::plan(const AttentionMetadata& meta) {
     d.kv_indptr.assign(meta.kv_page_indptr.begin(), meta.kv_page_indptr.begin() + nd + 1);
     d.kv_last_page_len.assign(meta.kv_last_page_len.begin(), meta.kv_last_page_len.begin() + nd);
     d.enable_cuda_graph = meta.cuda_graph;
+    // A step that splits nothing replays a graph without the split merge (graph_variant()).
+    d.graph_per_split = meta.cuda_graph;
     decode_plan_ = decode_plan(d, workspace_of(decode_workspace_), compute_.stream());
   }
   if (meta.num_prefill > 0) {
@@ -48,6 +50,8 @@ void StepAttention::plan(const AttentionMetadata& meta) {
     prefill_plan_ = prefill_plan(p, workspace_of(prefill_workspace_), compute_.stream());
   }
 }
+
+int StepAttention::graph_variant() const { return decode_plan_.split ? 1 : 0; }
 
 void StepAttention::run(const TensorView& q, const TensorView& o, const TensorView& k_pages,
                         const TensorView& v_pages, const TensorView& page_indices, const AttentionMetadata& meta) {

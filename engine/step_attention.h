@@ -16,6 +16,9 @@ class StepAttention {
   StepAttention(Compute& compute, int num_qo_heads, int num_kv_heads, int head_dim, int page_size);
 
   void plan(const AttentionMetadata& meta);
+  // After a graph-mode plan: 1 when the decode plan split (its graph launches the split merge),
+  // else 0 (PlanInputs::graph_per_split).
+  int graph_variant() const;
   // o = attention of q over pools k_pages / v_pages ([pages, page_size, num_kv_heads, head_dim])
   // whose pages for the step's requests are listed, in CSR order, in page_indices (int32).
   void run(const TensorView& q, const TensorView& o, const TensorView& k_pages, const TensorView& v_pages,

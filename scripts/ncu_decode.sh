@@ -6,6 +6,7 @@
 # probably as replay saves the memory a kernel can reach (session 6); a case needs its K/V bytes.
 # Usage: LOG_DIR=dir scripts/ncu_decode.sh path/to/gqattn-bench "SWEEP_ROW" ["SWEEP_ROW" ...]
 #   SWEEP_ROW as in bench/sweeps/decode.csv, e.g. "decode,bf16,32,1,128,16,128,1,32768,1"
+#   (prefill rows too, with NCU_KERNEL=attention_sm90_kernel for the Hopper prefill kernel)
 # Writes LOG_DIR/ncu_<n>.txt (full details) and prints a few lines per case.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ for row in "$@"; do
   n=$((n + 1))
   printf '%s\n' "$header" "$row" > "$LOG_DIR/ncu_case_$n.csv"
   GQATTN_BENCH_ARENA_GIB=${NCU_ARENA_GIB:-8} timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --graph-profiling node \
-    --kernel-name regex:attention_kernel --launch-skip "${NCU_SKIP:-5}" --launch-count 1 \
+    --kernel-name "regex:${NCU_KERNEL:-attention_kernel}" --launch-skip "${NCU_SKIP:-5}" --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --metrics "$STALLS" --print-details all \

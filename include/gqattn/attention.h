@@ -78,8 +78,14 @@ struct PlanInputs {
   // CUDA-graph mode: the attention grid and the workspace layout depend only on the device, the
   // heads, head_dim and the workspace size, never on the lengths, so a graph captured with one
   // plan's run() replays correctly after plan() is called again (same workspace, same batch size
-  // and qo_len) with other lengths.
+  // and qo_len) with other lengths. Such a graph always launches the split-KV merge, which skips
+  // the requests that were not split.
   bool enable_cuda_graph = false;
+  // CUDA-graph mode, one graph per split decision: run() launches the merge only when this plan
+  // split (Plan::split), so a graph replays correctly only after plans with the same Plan::split;
+  // the caller keeps one graph for each value. Saves the merge's launch (one block per query row,
+  // 4.7 us for 128 requests x 32 heads on an H200) in steps that split nothing.
+  bool graph_per_split = false;
   // Upper bound on split-KV chunks per request (1 disables split-KV). 0: the planner decides.
   int max_num_splits = 0;
 };

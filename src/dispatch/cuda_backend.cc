@@ -222,7 +222,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   plan.num_work = static_cast<int>(list.items.size());
   plan.max_splits = list.max_splits;
   // In CUDA-graph mode the grid is fixed and CTAs loop over the work list, and the merge kernel
-  // always runs (it skips unsplit requests), so a replay is right for any later plan.
+  // always runs (it skips unsplit requests), so a replay is right for any later plan; with
+  // graph_per_split it runs only after a split, and the caller keeps a graph per Plan::split.
   plan.num_ctas = inputs.enable_cuda_graph ? target_ctas : plan.num_work;
   // The wgmma kernel runs persistent: one CTA per SM, each taking the next item of the list from
   // a counter (the list holds each head's longest row tiles first), its producer loading the next
@@ -233,7 +234,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
     // consumers finish the current one.
     if (!inputs.enable_cuda_graph) plan.num_ctas = std::min(plan.num_work, target_ctas);
   }
-  plan.split = list.split || inputs.enable_cuda_graph;
+  plan.split = list.split || (inputs.enable_cuda_graph && !inputs.graph_per_split);
   char* base = static_cast<char*>(workspace.data);
   plan.d_header = base + layout.header;
   plan.d_work = base + layout.work;

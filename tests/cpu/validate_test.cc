@@ -222,6 +222,12 @@ TEST(ValidatePlan, MaxNumSplitsNegative) {
   expect_rejected([&] { decode_plan(in, Workspace{}); }, {"max_num_splits (-1)"});
 }
 
+TEST(ValidatePlan, GraphPerSplitWithoutGraphMode) {
+  PlanInputs in = good_decode_inputs();
+  in.graph_per_split = true;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"graph_per_split", "enable_cuda_graph"});
+}
+
 // ---- decode run ----------------------------------------------------------------------------------
 
 class DecodeRun : public testing::Test {

@@ -164,8 +164,9 @@ TEST(GpuDecode, BitwiseDeterministic) {
 
 // A graph captured once replays correctly after plan() is called again with other lengths and
 // another page table (written into the same fixed-capacity index buffers, as an engine does).
-TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
-  GQ_REQUIRE_GPU();
+// The lengths make every plan split unless max_num_splits is 1. Without graph_per_split the graph
+// holds the attention kernel and the merge; with it, the merge only when the plans split.
+void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_splits) {
   const DType dtype = DType::kBF16;
   const Heads h{32, 8};
   const int head_dim = 128, page_size = 16, batch = 3, qo_len = 2;
@@ -222,7 +223,11 @@ TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
 
     in.device = Device::kCUDA;
     in.enable_cuda_graph = true;
+    in.graph_per_split = graph_per_split;
+    in.max_num_splits = max_num_splits;
     const Plan plan = decode_plan(in, ws.get(), stream);
+    EXPECT_EQ(plan.max_splits > 1, max_num_splits != 1);
+    EXPECT_EQ(plan.split, !graph_per_split || plan.max_splits > 1);
     GQ_CUDA_CHECK(cudaMemcpyAsync(d_indptr.view().data, table.kv_page_indptr.data(), (batch + 1) * 4,
                                   cudaMemcpyHostToDevice, stream));
     GQ_CUDA_CHECK(cudaMemcpyAsync(d_indices.view().data, table.kv_page_indices.data(),
@@ -234,6 +239,9 @@ TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
       GQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       decode_run(plan, args, stream);
       GQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      size_t nodes = 0;
+      GQ_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+      EXPECT_EQ(nodes, plan.split ? 2u : 1u) << "kernels in the captured graph";
       GQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       GQ_CUDA_CHECK(cudaGraphDestroy(graph));
     }
@@ -247,6 +255,23 @@ TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
   }
   GQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
   GQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
+  GQ_REQUIRE_GPU();
+  check_graph_replay_with_new_lengths(false, 0);
+}
+
+TEST(GpuDecode, CudaGraphPerSplit) {
+  GQ_REQUIRE_GPU();
+  {
+    SCOPED_TRACE("plans that split");
+    check_graph_replay_with_new_lengths(true, 0);
+  }
+  {
+    SCOPED_TRACE("plans that split nothing: no merge in the graph");
+    check_graph_replay_with_new_lengths(true, 1);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
