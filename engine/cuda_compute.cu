@@ -56,12 +56,13 @@ constexpr int kRowCopyThreads = 256;
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 // GEMM autotuning (see GemmPlans): candidates asked of the heuristic, token counts tuned (decode
 // buckets and short prefill chunks; longer ones take the heuristic's first algorithm), timed
-// repetitions per candidate after one warm-up, the L2 flush (a memset of kL2FlushFactor x the L2
-// before each timed run, so weights stream from HBM as they do in a decode step), and the slack
-// within which a candidate without split-K is preferred to a faster one with it.
+// runs per candidate after one warm-up (the median counts), the L2 flush (a read of
+// kL2FlushFactor x the L2 before each timed run, so weights stream from HBM as they do in a
+// decode step), and the slack within which a candidate without split-K is preferred to a faster
+// one with it.
 constexpr int kGemmCandidates = 16;
 constexpr int kGemmTuneMaxRows = 256;
-constexpr int kGemmTuneReps = 3;
+constexpr int kGemmTuneReps = 7;
 constexpr int kL2FlushFactor = 2;
 constexpr float kSplitKSlack = 1.02f;
 // The streaming read: far past the 60 MB L2, median of several passes.
@@ -98,6 +99,15 @@ __device__ float block_sum(float v) {
   const float total = partial[0];
   __syncthreads();
   return total;
+}
+
+// Programmatic dependent launch: a kernel launched by CudaCompute::launch_after() may start while
+// the kernel before it ends (its launch overlaps that kernel's tail); it waits here before it reads
+// or writes anything. A no-op without the launch attribute.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 __global__ void fill_random_kernel(uint16_t* p, int64_t n, uint64_t seed, uint64_t tensor_id, float half_width) {
@@ -194,6 +204,7 @@ template <int kChunks>
 __global__ void __launch_bounds__(kMaxBlockThreads) add_rmsnorm_vec_kernel(
     float* residual, int64_t residual_stride, const uint16_t* delta, int64_t delta_stride, const uint16_t* weight,
     float eps, uint16_t* out, int64_t out_stride, int hidden) {
+  wait_for_previous_kernel();
   const int chunks = hidden / kVecElems;
   float4* r = reinterpret_cast<float4*>(residual + int64_t(blockIdx.x) * residual_stride);
   const uint4* d = delta != nullptr ? reinterpret_cast<const uint4*>(delta + int64_t(blockIdx.x) * delta_stride) : nullptr;
@@ -271,6 +282,7 @@ __global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t
 __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
                                 int k_heads, int head_dim, const int32_t* positions, const float* inv_freq,
                                 int total) {
+  wait_for_previous_kernel();
   const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
   if (flat >= unsigned(total)) return;
   const int idx = int(flat);
@@ -319,6 +331,7 @@ __global__ void swiglu_kernel(const uint16_t* gate_up, int64_t in_stride, uint16
 // 8 outputs) over a flat grid of total = n * f / 8 < 2^31 items, 32-bit index math.
 __global__ void swiglu_vec_kernel(const uint16_t* gate_up, int64_t in_stride, uint16_t* out, int64_t out_stride,
                                   int f, int total) {
+  wait_for_previous_kernel();
   const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
   if (flat >= unsigned(total)) return;
   const int idx = int(flat);
@@ -382,6 +395,17 @@ __global__ void argmax_kernel(const float* logits, int64_t stride, int vocab, in
     __syncthreads();
   }
   if (threadIdx.x == 0) tokens[blockIdx.x] = best_i[0] == vocab ? 0 : best_i[0];
+}
+
+// Reads n 16-byte vectors (the GEMM tuner's L2 flush); the sink is written only if their XOR is
+// a value the flush buffer's fill never gives, so the loads cannot be dropped.
+__global__ void l2_flush_kernel(const uint4* p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
 }
 
 // Copies the step's pages into per-query-head pages; the page count is read on the device, so a
@@ -501,6 +525,9 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
+    int major = 0;
+    GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_id_));
+    pdl_ = major >= 9 && !env_flag("GQATTN_DISABLE_ENGINE_PDL");
   }
   ~CudaCompute() override {
     cudaStreamSynchronize(stream_);
@@ -508,6 +535,7 @@ class CudaCompute final : public Compute {
     for (cudaEvent_t e : tune_events_)
       if (e != nullptr) cudaEventDestroy(e);
     l2_flush_.reset();
+    l2_sink_.reset();
     cublas_workspace_.reset();
     cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
@@ -605,7 +633,8 @@ class CudaCompute final : public Compute {
     const int per_thread = int(ceil_div(chunks, threads));
     if (vec && per_thread <= kMaxRmsnormChunks) {
       const auto launch = [&](auto kernel) {
-        kernel<<<n, threads, 0, stream_>>>(r, residual.strides[0], d, d_stride, w, eps, o, out.strides[0], hidden);
+        launch_after(kernel, unsigned(n), unsigned(threads), r, residual.strides[0], d, d_stride, w, eps, o,
+                     out.strides[0], hidden);
       };
       if (per_thread <= 1) {
         launch(add_rmsnorm_vec_kernel<1>);
@@ -664,9 +693,9 @@ class CudaCompute final : public Compute {
                      rows_aligned16(k.data, k.strides[0], sizeof(uint16_t)) && aligned16(inv_freq.data) &&
                      total <= INT32_MAX;
     if (vec) {
-      rope_vec_kernel<<<unsigned(ceil_div(total, kRopeThreads)), kRopeThreads, 0, stream_>>>(
-          q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
-          positions.ptr<int32_t>(), inv_freq.ptr<float>(), int(total));
+      launch_after(rope_vec_kernel, unsigned(ceil_div(total, kRopeThreads)), unsigned(kRopeThreads),
+                   q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
+                   positions.ptr<const int32_t>(), inv_freq.ptr<const float>(), int(total));
     } else {
       rope_kernel<<<n, kThreads, 0, stream_>>>(q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(),
                                                k.strides[0], k_heads, head_dim, positions.ptr<int32_t>(),
@@ -686,8 +715,9 @@ class CudaCompute final : public Compute {
     const bool vec = f % kVecElems == 0 && rows_aligned16(gate_up.data, gate_up.strides[0], sizeof(uint16_t)) &&
                      rows_aligned16(out.data, out.strides[0], sizeof(uint16_t)) && total <= INT32_MAX;
     if (vec) {
-      swiglu_vec_kernel<<<unsigned(ceil_div(total, kThreads)), kThreads, 0, stream_>>>(
-          gate_up.ptr<uint16_t>(), gate_up.strides[0], out.ptr<uint16_t>(), out.strides[0], f, int(total));
+      launch_after(swiglu_vec_kernel, unsigned(ceil_div(total, kThreads)), unsigned(kThreads),
+                   gate_up.ptr<const uint16_t>(), gate_up.strides[0], out.ptr<uint16_t>(), out.strides[0], f,
+                   int(total));
     } else {
       swiglu_kernel<<<grid_for(int64_t(n) * f), kThreads, 0, stream_>>>(gate_up.ptr<uint16_t>(), gate_up.strides[0],
                                                                          out.ptr<uint16_t>(), out.strides[0], n, f);
@@ -773,6 +803,32 @@ class CudaCompute final : public Compute {
   int num_graphs() const override { return int(graphs_.size()); }
 
  private:
+  // Launches kernel<<<grid, block, 0, stream_>>>(args...), allowed to start while the previous
+  // kernel on the stream ends (programmatic dependent launch, sm_90+; inside graphs too) unless
+  // GQATTN_DISABLE_ENGINE_PDL=1. The kernel must call wait_for_previous_kernel() first.
+  template <typename... Params, typename... Args>
+  void launch_after(void (*kernel)(Params...), unsigned grid, unsigned block, Args... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.stream = stream_;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = pdl_ ? 1 : 0;
+    GQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+  }
+
+  // Reads the whole flush buffer, leaving the L2 full of its clean lines (GEMM tuning).
+  void flush_l2() {
+    if (!l2_flush_.data()) return;
+    const size_t vecs = l2_flush_.bytes() / sizeof(uint4);
+    l2_flush_kernel<<<unsigned(num_sms_) * 4, kThreads, 0, stream_>>>(static_cast<const uint4*>(l2_flush_.data()), vecs,
+                                                                      static_cast<uint32_t*>(l2_sink_.data()));
+    GQ_CUDA_CHECK(cudaGetLastError());
+  }
+
   void init_gemm_plan(GemmPlan& p, int m, int n, int k, int64_t ldw, int64_t ldx, int64_t ldy, cudaDataType_t out_type) {
     GQ_CUBLAS_CHECK(cublasLtMatmulDescInit(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
@@ -828,8 +884,8 @@ class CudaCompute final : public Compute {
     p.settled = tune || n > kGemmTuneMaxRows;
   }
 
-  // Times each candidate (one warm-up, then kGemmTuneReps runs each after an L2 flush) and returns
-  // the fastest; a candidate without split-K (no reduction kernel) wins when it is within
+  // Times each candidate (one warm-up, then kGemmTuneReps rounds over all of them, each run after
+  // an L2 flush) and returns the one of the lowest median; a candidate without split-K (no reduction kernel) wins when it is within
   // kSplitKSlack of it. Candidates that fail to run are skipped. Synchronises the stream.
   // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
   cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
@@ -838,34 +894,46 @@ class CudaCompute final : public Compute {
     if (!l2_flush_.data() && !l2_flush_failed_ && l2_bytes_ > 0) {
       try {
         l2_flush_ = alloc(size_t(kL2FlushFactor) * size_t(l2_bytes_));
+        GQ_CUDA_CHECK(cudaMemsetAsync(l2_flush_.data(), 0x5A, l2_flush_.bytes(), stream_));
+        l2_sink_ = alloc(sizeof(uint32_t));
       } catch (const Error&) {
+        l2_flush_.reset();
         l2_flush_failed_ = true;  // tune with warm caches rather than fail
       }
     }
-    std::vector<float> ms(candidates.size(), INFINITY);
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      bool ok = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
-      for (int r = 0; r < kGemmTuneReps && ok; ++r) {
-        if (l2_flush_.data()) GQ_CUDA_CHECK(cudaMemsetAsync(l2_flush_.data(), 0, l2_flush_.bytes(), stream_));
-        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * r], stream_));
-        ok = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
-        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * r + 1], stream_));
+    const size_t count = std::min(candidates.size(), size_t(kGemmCandidates));
+    std::vector<bool> ok(count, true);
+    for (size_t i = 0; i < count; ++i) ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
+    // Rounds over the candidates (drift in clocks or temperature spreads over all of them), each
+    // run after a read of the flush buffer (clean lines: no write-back inside the timed run).
+    std::vector<std::vector<float>> times(count);
+    for (int r = 0; r < kGemmTuneReps; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        if (!ok[i]) continue;
+        flush_l2();
+        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i], stream_));
+        ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
+        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i + 1], stream_));
       }
       GQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      if (!ok) continue;
-      float total = 0;
-      for (int r = 0; r < kGemmTuneReps; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        if (!ok[i]) continue;
         float t = 0;
-        GQ_CUDA_CHECK(cudaEventElapsedTime(&t, tune_events_[2 * r], tune_events_[2 * r + 1]));
-        total += t;
+        GQ_CUDA_CHECK(cudaEventElapsedTime(&t, tune_events_[2 * i], tune_events_[2 * i + 1]));
+        times[i].push_back(t);
       }
-      ms[i] = total / kGemmTuneReps;
+    }
+    std::vector<float> ms(count, INFINITY);  // the median of each candidate's runs
+    for (size_t i = 0; i < count; ++i) {
+      if (!ok[i] || times[i].empty()) continue;
+      std::nth_element(times[i].begin(), times[i].begin() + times[i].size() / 2, times[i].end());
+      ms[i] = times[i][times[i].size() / 2];
     }
     const size_t fastest = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
     GQ_CHECK(std::isfinite(ms[fastest]), "gemm: none of cuBLASLt's ", candidates.size(), " candidate algorithms ran");
     size_t best = fastest;
     if (split_k(candidates[fastest]) > 1) {
-      for (size_t i = 0; i < candidates.size(); ++i)
+      for (size_t i = 0; i < count; ++i)
         if (split_k(candidates[i]) <= 1 && ms[i] <= ms[fastest] * kSplitKSlack && (best == fastest || ms[i] < ms[best]))
           best = i;
     }
@@ -922,10 +990,11 @@ class CudaCompute final : public Compute {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer cublas_workspace_;
   // GEMM tuning: start / stop events of each timed run, and the buffer written to flush the L2.
-  cudaEvent_t tune_events_[2 * kGemmTuneReps] = {};
-  DeviceBuffer l2_flush_;
+  cudaEvent_t tune_events_[2 * kGemmCandidates] = {};
+  DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
+  bool pdl_ = false;       // launch_after() uses programmatic dependent launch
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
 };

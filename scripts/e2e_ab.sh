@@ -4,8 +4,8 @@
 # setting in the order given and then in reverse (ABBA for two settings), and a table of total
 # seconds and mean decode step per setting. Usage (on the GPU machine, after a build):
 #   E2E_HEADS="8 1" scripts/e2e_ab.sh BUILD_DIR OUT_DIR "on:" "off:GQATTN_DISABLE_ENGINE_PREFETCH=1" ...
-# A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set). The first
-# setting's runs also log the GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_1.log.
+# A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set). Every run logs
+# its GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_<round>.log.
 set -uo pipefail
 build=$1 out=$2; shift 2
 mkdir -p "$out"
@@ -14,8 +14,7 @@ summary="$out/summary.txt"
 : > "$summary"
 run() {  # run SETTING ROUND
   local name=${1%%:*} vars=${1#*:} round=$2
-  local extra=""
-  [ "$round" = 1 ] && [ "$1" = "$first" ] && extra="GQATTN_ENGINE_GEMM_LOG=1"
+  local extra="GQATTN_ENGINE_GEMM_LOG=1"
   for h in $heads; do
     local log="$out/${name}_kv${h}_$round.log"
     env $(echo "$vars" | tr ',' ' ') $extra timeout "${E2E_TIMEOUT:-150}" "$build/gqattn-serve" bench --device cuda \
@@ -26,7 +25,6 @@ run() {  # run SETTING ROUND
     echo "$name kv$h round $round total ${total:-?} s step ${step:-?} ms" | tee -a "$summary"
   done
 }
-first=$1
 for s in "$@"; do run "$s" 1; done
 settings=("$@")
 for ((i = ${#settings[@]} - 1; i >= 0; --i)); do run "${settings[$i]}" 2; done
