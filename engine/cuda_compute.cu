@@ -101,15 +101,6 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-// Programmatic dependent launch: a kernel launched by CudaCompute::launch_after() may start while
-// the kernel before it ends (its launch overlaps that kernel's tail); it waits here before it reads
-// or writes anything. A no-op without the launch attribute.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 __global__ void fill_random_kernel(uint16_t* p, int64_t n, uint64_t seed, uint64_t tensor_id, float half_width) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = float_to_bf16_bits(random_weight(seed, tensor_id, uint64_t(i), half_width));
@@ -204,7 +195,6 @@ template <int kChunks>
 __global__ void __launch_bounds__(kMaxBlockThreads) add_rmsnorm_vec_kernel(
     float* residual, int64_t residual_stride, const uint16_t* delta, int64_t delta_stride, const uint16_t* weight,
     float eps, uint16_t* out, int64_t out_stride, int hidden) {
-  wait_for_previous_kernel();
   const int chunks = hidden / kVecElems;
   float4* r = reinterpret_cast<float4*>(residual + int64_t(blockIdx.x) * residual_stride);
   const uint4* d = delta != nullptr ? reinterpret_cast<const uint4*>(delta + int64_t(blockIdx.x) * delta_stride) : nullptr;
@@ -282,7 +272,6 @@ __global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t
 __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
                                 int k_heads, int head_dim, const int32_t* positions, const float* inv_freq,
                                 int total) {
-  wait_for_previous_kernel();
   const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
   if (flat >= unsigned(total)) return;
   const int idx = int(flat);
@@ -331,7 +320,6 @@ __global__ void swiglu_kernel(const uint16_t* gate_up, int64_t in_stride, uint16
 // 8 outputs) over a flat grid of total = n * f / 8 < 2^31 items, 32-bit index math.
 __global__ void swiglu_vec_kernel(const uint16_t* gate_up, int64_t in_stride, uint16_t* out, int64_t out_stride,
                                   int f, int total) {
-  wait_for_previous_kernel();
   const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
   if (flat >= unsigned(total)) return;
   const int idx = int(flat);
@@ -525,9 +513,6 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
-    int major = 0;
-    GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_id_));
-    pdl_ = major >= 9 && !env_flag("GQATTN_DISABLE_ENGINE_PDL");
   }
   ~CudaCompute() override {
     cudaStreamSynchronize(stream_);
@@ -633,8 +618,7 @@ class CudaCompute final : public Compute {
     const int per_thread = int(ceil_div(chunks, threads));
     if (vec && per_thread <= kMaxRmsnormChunks) {
       const auto launch = [&](auto kernel) {
-        launch_after(kernel, unsigned(n), unsigned(threads), r, residual.strides[0], d, d_stride, w, eps, o,
-                     out.strides[0], hidden);
+        kernel<<<n, threads, 0, stream_>>>(r, residual.strides[0], d, d_stride, w, eps, o, out.strides[0], hidden);
       };
       if (per_thread <= 1) {
         launch(add_rmsnorm_vec_kernel<1>);
@@ -693,9 +677,9 @@ class CudaCompute final : public Compute {
                      rows_aligned16(k.data, k.strides[0], sizeof(uint16_t)) && aligned16(inv_freq.data) &&
                      total <= INT32_MAX;
     if (vec) {
-      launch_after(rope_vec_kernel, unsigned(ceil_div(total, kRopeThreads)), unsigned(kRopeThreads),
-                   q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
-                   positions.ptr<const int32_t>(), inv_freq.ptr<const float>(), int(total));
+      rope_vec_kernel<<<unsigned(ceil_div(total, kRopeThreads)), kRopeThreads, 0, stream_>>>(
+          q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
+          positions.ptr<int32_t>(), inv_freq.ptr<float>(), int(total));
     } else {
       rope_kernel<<<n, kThreads, 0, stream_>>>(q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(),
                                                k.strides[0], k_heads, head_dim, positions.ptr<int32_t>(),
@@ -715,9 +699,8 @@ class CudaCompute final : public Compute {
     const bool vec = f % kVecElems == 0 && rows_aligned16(gate_up.data, gate_up.strides[0], sizeof(uint16_t)) &&
                      rows_aligned16(out.data, out.strides[0], sizeof(uint16_t)) && total <= INT32_MAX;
     if (vec) {
-      launch_after(swiglu_vec_kernel, unsigned(ceil_div(total, kThreads)), unsigned(kThreads),
-                   gate_up.ptr<const uint16_t>(), gate_up.strides[0], out.ptr<uint16_t>(), out.strides[0], f,
-                   int(total));
+      swiglu_vec_kernel<<<unsigned(ceil_div(total, kThreads)), kThreads, 0, stream_>>>(
+          gate_up.ptr<uint16_t>(), gate_up.strides[0], out.ptr<uint16_t>(), out.strides[0], f, int(total));
     } else {
       swiglu_kernel<<<grid_for(int64_t(n) * f), kThreads, 0, stream_>>>(gate_up.ptr<uint16_t>(), gate_up.strides[0],
                                                                          out.ptr<uint16_t>(), out.strides[0], n, f);
@@ -803,23 +786,6 @@ class CudaCompute final : public Compute {
   int num_graphs() const override { return int(graphs_.size()); }
 
  private:
-  // Launches kernel<<<grid, block, 0, stream_>>>(args...), allowed to start while the previous
-  // kernel on the stream ends (programmatic dependent launch, sm_90+; inside graphs too) unless
-  // GQATTN_DISABLE_ENGINE_PDL=1. The kernel must call wait_for_previous_kernel() first.
-  template <typename... Params, typename... Args>
-  void launch_after(void (*kernel)(Params...), unsigned grid, unsigned block, Args... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(block);
-    config.stream = stream_;
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = pdl_ ? 1 : 0;
-    GQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
-  }
-
   // Reads the whole flush buffer, leaving the L2 full of its clean lines (GEMM tuning).
   void flush_l2() {
     if (!l2_flush_.data()) return;
@@ -885,8 +851,8 @@ class CudaCompute final : public Compute {
   }
 
   // Times each candidate (one warm-up, then kGemmTuneReps rounds over all of them, each run after
-  // an L2 flush) and returns the one of the lowest median; a candidate without split-K (no reduction kernel) wins when it is within
-  // kSplitKSlack of it. Candidates that fail to run are skipped. Synchronises the stream.
+  // an L2 flush) and returns the one of the lowest median; a candidate without split-K (no
+  // reduction kernel) wins when it is within kSplitKSlack of it. Candidates that fail to run are skipped. Synchronises the stream.
   // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
   cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
                                          const std::vector<cublasLtMatmulAlgo_t>& candidates, const void* w,
@@ -994,7 +960,6 @@ class CudaCompute final : public Compute {
   DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
-  bool pdl_ = false;       // launch_after() uses programmatic dependent launch
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
 };

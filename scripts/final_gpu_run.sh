@@ -10,7 +10,6 @@
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K), and the engine's
 #                                      decode step per kernel for MQA and GQA-8 (~5 min)
-#   scripts/final_gpu_run.sh ab        A/Bs of run-time switches in one binary (see the mode)
 # A fresh machine keeps nothing: each call builds (about 30 s). Carry .deps (GoogleTest sources).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,22 +41,6 @@ case $mode in
         > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save
     done
     ;;
-  ab)
-    # The run-time switches not yet settled, each against main's path in one binary: the sm90
-    # prefill's one TMA box per page (GQATTN_SM90_PAGE_BOXES) on the page-16 prefill rows (plus
-    # four contiguous rows as a control), after the GPU tests with it on; the engine's
-    # programmatic dependent launch (GQATTN_DISABLE_ENGINE_PDL) end to end.
-    build-gpu/tests/gqattn_engine_gpu_tests 2>&1 | tail -1
-    GQATTN_SM90_PAGE_BOXES=1 timeout 240 build-gpu/tests/gqattn_gpu_tests --gtest_filter='GpuPrefill.*:GpuDecode.*' \
-      > "$LOG_DIR/tests_page_boxes.log" 2>&1; tail -1 "$LOG_DIR/tests_page_boxes.log"; save
-    awk -F, 'NR == 1 || $6 == 16 || ($6 == 0 && $7 == 1 && $8 == 16384)' bench/sweeps/prefill.csv > "$LOG_DIR/p16.csv"
-    AB_ITERS=10 timeout 240 scripts/ab_sweep.sh build-gpu "$LOG_DIR/p16.csv" "$LOG_DIR/pb" "main:" \
-      "boxes:GQATTN_SM90_PAGE_BOXES=1" "boxes2:GQATTN_SM90_PAGE_BOXES=1" | grep -v "^---"
-    python3 bench/compare.py "$LOG_DIR/pb/main.csv,$LOG_DIR/pb/main_again.csv" \
-      "$LOG_DIR/pb/boxes.csv,$LOG_DIR/pb/boxes2.csv" > "$LOG_DIR/pb/compare.txt" 2>&1; tail -8 "$LOG_DIR/pb/compare.txt"; save
-    E2E_HEADS=${E2E_HEADS:-1} timeout 200 scripts/e2e_ab.sh build-gpu "$LOG_DIR/ab" "pdl:" "nopdl:GQATTN_DISABLE_ENGINE_PDL=1"
-    grep -h "gemm tune" "$LOG_DIR"/ab/*.log | sed 's/.*gemm tune/gemm tune/' | sort | uniq -c | head -20
-    ;;
-  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure, profile or ab)"; exit 2 ;;
+  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure or profile)"; exit 2 ;;
 esac
 save
