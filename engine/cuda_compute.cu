@@ -852,7 +852,8 @@ class CudaCompute final : public Compute {
 
   // Times each candidate (one warm-up, then kGemmTuneReps rounds over all of them, each run after
   // an L2 flush) and returns the one of the lowest median; a candidate without split-K (no
-  // reduction kernel) wins when it is within kSplitKSlack of it. Candidates that fail to run are skipped. Synchronises the stream.
+  // reduction kernel) wins when it is within kSplitKSlack of it. Candidates that fail to run are
+  // skipped. Synchronises the stream.
   // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
   cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
                                          const std::vector<cublasLtMatmulAlgo_t>& candidates, const void* w,
