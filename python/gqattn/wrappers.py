@@ -269,12 +269,15 @@ class DecodeWrapper(_Wrapper):
         kv_page_indices: Any = None,
         num_pages: Optional[int] = None,
         stream: Any = None,
+        graph_per_split: bool = False,
     ) -> None:
         """Plans a decode step. kv_page_indptr [batch + 1] and kv_last_page_len [batch] are host
         lists/arrays or tensors (copied to the host once). Every request has qo_len new tokens.
         Checked mode: pass kv_page_indices and num_pages to check every page id against the pool.
         enable_cuda_graph: a graph captured with one plan's run() replays correctly after plan()
-        with other lengths (same workspace, batch and qo_len)."""
+        with other lengths (same workspace, batch and qo_len). graph_per_split (with
+        enable_cuda_graph): run() launches the split-KV merge only when the plan split
+        (plan_info.split), so keep one graph per value of plan_info.split."""
         checked = kv_page_indices is not None
         plan = _C.decode_plan(
             _export(self._workspace),
@@ -291,6 +294,7 @@ class DecodeWrapper(_Wrapper):
             kv_page_indices=_host_ints(kv_page_indices, "kv_page_indices") if checked else [],
             num_pages=_int(num_pages, "num_pages") if num_pages is not None else -1,
             stream=self._plan_stream(stream),
+            graph_per_split=bool(graph_per_split),
         )
         self._store(plan, _check_layout(kv_layout))
 
@@ -354,11 +358,13 @@ class PrefillWrapper(_Wrapper):
         kv_page_indices: Any = None,
         num_pages: Optional[int] = None,
         stream: Any = None,
+        graph_per_split: bool = False,
     ) -> None:
         """Plans a prefill batch. qo_indptr [batch + 1] query row offsets. Paged K/V (page_size >= 1):
         kv_indptr is the page indptr and kv_last_page_len is required. Ragged K/V (page_size 0):
         kv_indptr is the token indptr. causal: aligned to the end of each request's KV (query i of
-        qo_len sees keys 0 .. kv_len - qo_len + i), as for chunked prefill and prefix caching."""
+        qo_len sees keys 0 .. kv_len - qo_len + i), as for chunked prefill and prefix caching.
+        enable_cuda_graph and graph_per_split: as for DecodeWrapper.plan."""
         page_size = _int(page_size, "page_size")
         paged = page_size >= 1
         if paged and kv_last_page_len is None:
@@ -380,6 +386,7 @@ class PrefillWrapper(_Wrapper):
             kv_page_indices=_host_ints(kv_page_indices, "kv_page_indices") if checked else [],
             num_pages=_int(num_pages, "num_pages") if num_pages is not None else -1,
             stream=self._plan_stream(stream),
+            graph_per_split=bool(graph_per_split),
         )
         self._paged = paged
         self._causal = bool(causal)

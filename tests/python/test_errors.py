@@ -122,6 +122,7 @@ def test_wrong_layout_is_a_shape_error(decode_case):
      r"kv_page_indices\[3\] \(9\) is outside the page pool \[0, num_pages \(5\)\)"),
     (dict(kv_page_indices=[0, 1, 2, 3]), ValueError, r"num_pages \(-1\) must be set when kv_page_indices is given"),
     (dict(kv_page_indices=[0, 1], num_pages=5), ValueError, r"kv_page_indices: holds 2 page ids but kv_indptr\[batch\] is 4"),
+    (dict(graph_per_split=True), ValueError, r"graph_per_split: set without enable_cuda_graph"),
 ])
 def test_decode_plan_rejects(kwargs, error, pattern):
     args = dict(kv_page_indptr=[0, 3, 4], kv_last_page_len=[1, 2], num_qo_heads=HQ, num_kv_heads=HKV,

@@ -382,9 +382,11 @@ def test_gpu_compile_fullgraph():
 
 @gpu
 @needs_gpu
-def test_gpu_cuda_graph_replays_after_replan():
+@pytest.mark.parametrize("graph_per_split,max_num_splits", [(False, 0), (True, 1)])
+def test_gpu_cuda_graph_replays_after_replan(graph_per_split, max_num_splits):
     """Capture one decode in a CUDA graph, then re-plan with other lengths (same batch, workspace,
-    enable_cuda_graph=True), write the new page table into the captured index tensors, replay."""
+    enable_cuda_graph=True), write the new page table into the captured index tensors, replay.
+    With graph_per_split and no split allowed, no plan splits and the graph holds no merge."""
     dtype, head_dim = built_gpu_variants()[0]
     rng = np.random.default_rng(16)
     page_size, num_pages, batch = 16, 96, 4
@@ -403,7 +405,9 @@ def test_gpu_cuda_graph_replays_after_replan():
         indptr = indptr_of(pages)
         ids = rng.permutation(num_pages)[:indptr[-1]].astype(np.int32)
         last = np.array([n - (p - 1) * page_size for n, p in zip(kv_lens, pages)], np.int32)
-        wrapper.plan(indptr, last, 8, 2, head_dim, page_size, dtype=dtype, enable_cuda_graph=True)
+        wrapper.plan(indptr, last, 8, 2, head_dim, page_size, dtype=dtype, enable_cuda_graph=True,
+                     max_num_splits=max_num_splits, graph_per_split=graph_per_split)
+        assert wrapper.plan_info.split == (not graph_per_split)
         indptr_d.copy_(torch.from_numpy(indptr))
         indices_d[:len(ids)].copy_(torch.from_numpy(ids))
         last_d.copy_(torch.from_numpy(last))
