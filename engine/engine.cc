@@ -64,6 +64,7 @@ StepStats Engine::step() {
   }
   const ForwardBatch forward = make_forward_batch(batch, runner_->page_size());
   runner_->forward(forward);
+  const auto t_launched = std::chrono::steady_clock::now();
 
   const std::vector<Sequence*> samplers = batch.sampling_sequences();
   bool all_greedy = true;
@@ -78,6 +79,7 @@ StepStats Engine::step() {
       tokens.push_back(sample(logits.data() + i * size_t(vocab), vocab, samplers[i]->params, samplers[i]->id,
                               samplers[i]->num_output()));
   }
+  const auto t_tokens = std::chrono::steady_clock::now();
   const std::vector<Sequence*> finished = scheduler_->postprocess(batch, tokens);
 
   stats.num_decode = int(batch.decodes.size());
@@ -87,6 +89,8 @@ StepStats Engine::step() {
   stats.num_finished = int(finished.size());
   for (int32_t len : forward.kv_len) stats.kv_tokens += len;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.launch_seconds = std::chrono::duration<double>(t_launched - t0).count();
+  stats.wait_seconds = std::chrono::duration<double>(t_tokens - t_launched).count();
   return stats;
 }
 

@@ -26,6 +26,8 @@ struct StepStats {
   int num_finished = 0;
   int64_t kv_tokens = 0;          // keys attention read, summed over the step's requests (per layer)
   double seconds = 0;             // wall time of the step (it ends with the sampled tokens on the host)
+  double launch_seconds = 0;      // of which: scheduling, the batch's uploads and plans, the launches
+  double wait_seconds = 0;        // of which: waiting for the sampled tokens (the rest: host work after)
   bool decode_only() const { return num_prefill == 0 && num_decode > 0; }
 };
 

@@ -242,6 +242,8 @@ void print_progress(int64_t done, int64_t total, double seconds) {
 struct BenchResult {
   double seconds = 0, tokens_per_s = 0, mean_step_ms = 0, floor_s = 0, ratio = 0, pool_gib = 0;
   double mean_step_floor_ms = 0;  // the decode-only steps' floor, averaged
+  double mean_launch_ms = 0;      // their host time before the launch, and waiting for the tokens
+  double mean_wait_ms = 0;
   int decode_steps = 0;
   int num_graphs = 0;
   int64_t preemptions = 0;
@@ -285,7 +287,7 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
   const double bytes_per_second = bandwidth * 1e9;
   const int64_t total_tokens = int64_t(opt.requests) * opt.output_len;
   int64_t generated = 0;
-  double decode_seconds = 0, decode_floor = 0, last_progress = -1;
+  double decode_seconds = 0, decode_floor = 0, decode_launch = 0, decode_wait = 0, last_progress = -1;
   while (engine.has_unfinished()) {
     const StepStats s = engine.step();
     r.seconds += s.seconds;
@@ -297,6 +299,8 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
     if (s.decode_only()) {
       decode_seconds += s.seconds;
       decode_floor += floor;
+      decode_launch += s.launch_seconds;
+      decode_wait += s.wait_seconds;
       ++r.decode_steps;
     }
     if (r.seconds - last_progress >= kProgressSeconds || !engine.has_unfinished()) {
@@ -308,6 +312,8 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
   r.tokens_per_s = double(generated) / r.seconds;
   r.mean_step_ms = r.decode_steps > 0 ? decode_seconds / r.decode_steps * 1e3 : 0;
   r.mean_step_floor_ms = r.decode_steps > 0 ? decode_floor / r.decode_steps * 1e3 : 0;
+  r.mean_launch_ms = r.decode_steps > 0 ? decode_launch / r.decode_steps * 1e3 : 0;
+  r.mean_wait_ms = r.decode_steps > 0 ? decode_wait / r.decode_steps * 1e3 : 0;
   r.ratio = r.seconds / r.floor_s;
   r.num_graphs = runner.compute().num_graphs();
   return r;
@@ -338,6 +344,9 @@ int bench(const Options& given) {
     std::printf("output tokens/s  %.0f\n", r.tokens_per_s);
     std::printf("mean decode step %.3f ms over %d decode-only steps (floor %.3f ms, ratio %.2f)\n", r.mean_step_ms,
                 r.decode_steps, r.mean_step_floor_ms, r.mean_step_floor_ms > 0 ? r.mean_step_ms / r.mean_step_floor_ms : 0);
+    std::printf("host per step    %.3f ms until forward() returns (the launches; on the CPU the pass itself), "
+                "%.3f ms after the tokens, %.3f ms waiting for them (decode-only steps)\n",
+                r.mean_launch_ms, r.mean_step_ms - r.mean_launch_ms - r.mean_wait_ms, r.mean_wait_ms);
     std::printf("floor            %.2f s ((weight bytes + K/V bytes read) / bandwidth, over every step)\n", r.floor_s);
     std::printf("ratio to floor   %.2f (total / floor)\n", r.ratio);
     std::printf("preemptions      %lld\n", static_cast<long long>(r.preemptions));
