@@ -385,17 +385,6 @@ __global__ void argmax_kernel(const float* logits, int64_t stride, int vocab, in
   if (threadIdx.x == 0) tokens[blockIdx.x] = best_i[0] == vocab ? 0 : best_i[0];
 }
 
-// Reads n 16-byte vectors (the GEMM tuner's L2 flush); the sink is written only if their XOR is
-// a value the flush buffer's fill never gives, so the loads cannot be dropped.
-__global__ void l2_flush_kernel(const uint4* p, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
 // Copies the step's pages into per-query-head pages; the page count is read on the device, so a
 // captured graph serves any later step of the same batch size.
 struct ExpandParams {
@@ -789,10 +778,8 @@ class CudaCompute final : public Compute {
   // Reads the whole flush buffer, leaving the L2 full of its clean lines (GEMM tuning).
   void flush_l2() {
     if (!l2_flush_.data()) return;
-    const size_t vecs = l2_flush_.bytes() / sizeof(uint4);
-    l2_flush_kernel<<<unsigned(num_sms_) * 4, kThreads, 0, stream_>>>(static_cast<const uint4*>(l2_flush_.data()), vecs,
-                                                                      static_cast<uint32_t*>(l2_sink_.data()));
-    GQ_CUDA_CHECK(cudaGetLastError());
+    kernels::launch_read(l2_flush_.data(), l2_flush_.bytes(), static_cast<unsigned*>(l2_sink_.data()),
+                         /*streaming=*/false, stream_);
   }
 
   void init_gemm_plan(GemmPlan& p, int m, int n, int k, int64_t ldw, int64_t ldx, int64_t ldy, cudaDataType_t out_type) {
@@ -862,7 +849,7 @@ class CudaCompute final : public Compute {
       try {
         l2_flush_ = alloc(size_t(kL2FlushFactor) * size_t(l2_bytes_));
         GQ_CUDA_CHECK(cudaMemsetAsync(l2_flush_.data(), 0x5A, l2_flush_.bytes(), stream_));
-        l2_sink_ = alloc(sizeof(uint32_t));
+        l2_sink_ = alloc(sizeof(unsigned));
       } catch (const Error&) {
         l2_flush_.reset();
         l2_flush_failed_ = true;  // tune with warm caches rather than fail

@@ -93,6 +93,12 @@ struct AppendKVParams {
 };
 void launch_append_kv(const AppendKVParams& params, void* stream);
 
+// Reads `bytes` (a multiple of 16) of device memory at `data` with 16-byte loads on `stream`;
+// `sink` (one device word) is written only for a sentinel XOR, so the loads stay. streaming:
+// cache-streaming loads (the ceiling below); else plain loads, whose lines replace what the L2
+// held (the engine's GEMM tuning flushes the L2 this way).
+void launch_read(const void* data, size_t bytes, unsigned* sink, bool streaming, void* stream);
+
 // Streams `bytes` of device memory through 16-byte loads `reps` times (after one warm-up) on
 // `stream` and returns the median read bandwidth in GB/s: the decode ceiling. Allocates and frees
 // `bytes` of device memory and synchronises; for benchmarks, never on a serving path.

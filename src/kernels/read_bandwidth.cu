@@ -17,7 +17,9 @@ constexpr int kReadThreads = 512;
 constexpr int kReadBlocksPerSm = 8;
 constexpr unsigned kSinkSentinel = 0x12345678u;
 
-// XOR of 16-byte words, four loads in flight per thread (streaming: no reuse, so __ldcs).
+// XOR of 16-byte words, four loads in flight per thread; kStreaming: __ldcs (no reuse: the
+// ceiling), else plain loads whose lines stay in the L2 (a flush of what was there before).
+template <bool kStreaming>
 __global__ void read_kernel(const uint4* data, int64_t n, unsigned* sink) {
   constexpr int kUnroll = 4;
   uint32_t acc = 0;
@@ -26,7 +28,7 @@ __global__ void read_kernel(const uint4* data, int64_t n, unsigned* sink) {
   for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(data + i + u * stride);
+    for (int u = 0; u < kUnroll; ++u) v[u] = kStreaming ? __ldcs(data + i + u * stride) : data[i + u * stride];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
@@ -43,6 +45,16 @@ struct CudaFree {
 
 }  // namespace
 
+void launch_read(const void* data, size_t bytes, unsigned* sink, bool streaming, void* stream) {
+  int device = 0, sms = 0;
+  GQ_CUDA_CHECK(cudaGetDevice(&device));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const auto kernel = streaming ? read_kernel<true> : read_kernel<false>;
+  kernel<<<sms * kReadBlocksPerSm, kReadThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint4*>(data), int64_t(bytes / sizeof(uint4)), sink);
+  GQ_CUDA_CHECK(cudaGetLastError());
+}
+
 double measure_read_bandwidth_gbps(size_t bytes, int reps, void* stream) {
   GQ_CHECK(bytes >= 16 && reps >= 1, "measure_read_bandwidth_gbps: bytes (", bytes, ") and reps (", reps,
            ") must be positive");
@@ -52,17 +64,10 @@ double measure_read_bandwidth_gbps(size_t bytes, int reps, void* stream) {
   std::unique_ptr<void, CudaFree> buf(raw);
   unsigned* sink = reinterpret_cast<unsigned*>(static_cast<char*>(raw) + bytes);
   GQ_CUDA_CHECK(cudaMemsetAsync(raw, 0x5A, bytes, s));  // non-zero data
-  int device = 0, sms = 0;
-  GQ_CUDA_CHECK(cudaGetDevice(&device));
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   cudaEvent_t start, stop;
   GQ_CUDA_CHECK(cudaEventCreate(&start));
   GQ_CUDA_CHECK(cudaEventCreate(&stop));
-  auto pass = [&] {
-    read_kernel<<<sms * kReadBlocksPerSm, kReadThreads, 0, s>>>(static_cast<const uint4*>(raw),
-                                                               int64_t(bytes / sizeof(uint4)), sink);
-    GQ_CUDA_CHECK(cudaGetLastError());
-  };
+  auto pass = [&] { launch_read(raw, bytes, sink, /*streaming=*/true, stream); };
   // Warm-up: passes for at least kWarmupMs, so that the timed passes do not see a GPU still
   // raising its clocks from idle. The ceiling measured at the start of a process ranged
   // 3944-4541 GB/s after one warm-up pass (docs/perf-notes.md, item 15).
