@@ -1,7 +1,8 @@
 // The GPU side of gqattn-bench: the ceilings (streaming read, device copy, cuBLAS bf16 GEMM) and
 // timing of one decode or prefill case through the public plan/run API.
 // Layer: bench. Timing per ../shared/BENCHMARKS.md: random data, random page tables over a larger
-// pool, buffer sets rotated past the L2, CUDA-graph replays timed with events, median of reps.
+// pool, buffer sets rotated past the L2, CUDA-graph replays timed with events (each after a 200 us
+// spin kernel, as the peers), median of reps.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "api/env_flag.h"
 #include "bench_case.h"
 #include "gqattn/attention.h"
 #include "gqattn/error.h"
@@ -53,6 +55,29 @@ __global__ void fill_random_kernel(uint16_t* data, size_t n, uint64_t seed, bool
       data[i] = *reinterpret_cast<uint16_t*>(&b);
     }
   }
+}
+
+// Holds the stream for `cycles` clock cycles: launched before a timed replay's start event, it lets
+// the host enqueue the event and the graph while the GPU is busy, so the time measured is the
+// GPU's, not the launch latency of an idle device (bench/peers.py times its peers the same way,
+// with torch.cuda._sleep for 200 us).
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// 200 us of the SM clock, or 0 with GQATTN_BENCH_NO_SPIN set (the timing of sessions 1-7).
+long long spin_cycles() {
+  static const long long cycles = [] {
+    if (env_flag("GQATTN_BENCH_NO_SPIN")) return 0LL;
+    int device = 0, khz = 0;
+    GQ_CUDA_CHECK(cudaGetDevice(&device));
+    GQ_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+    constexpr long long kSpinUs = 200;
+    return kSpinUs * khz / 1000;
+  }();
+  return cycles;
 }
 
 void fill_random(void* p, size_t elems, uint64_t seed, DType dtype) {
@@ -302,7 +327,12 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   GQ_CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < 2 * sets; ++i) GQ_CUDA_CHECK(cudaGraphLaunch(set[i % sets].exec, stream));
   std::vector<float> ms(iters);
+  const long long spin = spin_cycles();
   for (int i = 0; i < iters; ++i) {
+    if (spin > 0) {
+      spin_kernel<<<1, 1, 0, stream>>>(spin);
+      GQ_CUDA_CHECK(cudaGetLastError());
+    }
     GQ_CUDA_CHECK(cudaEventRecord(start, stream));
     GQ_CUDA_CHECK(cudaGraphLaunch(set[i % sets].exec, stream));
     GQ_CUDA_CHECK(cudaEventRecord(stop, stream));

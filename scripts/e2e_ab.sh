@@ -4,7 +4,8 @@
 # setting in the order given and then in reverse (ABBA for two settings), and a table of total
 # seconds and mean decode step per setting. Usage (on the GPU machine, after a build):
 #   E2E_HEADS="8 1" scripts/e2e_ab.sh BUILD_DIR OUT_DIR "on:" "off:GQATTN_DISABLE_ENGINE_PREFETCH=1" ...
-# A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set). Every run logs
+# A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set); E2E_ROUNDS=1
+# skips the reversed round. Every run logs
 # its GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_<round>.log.
 set -uo pipefail
 build=$1 out=$2; shift 2
@@ -27,7 +28,9 @@ run() {  # run SETTING ROUND
 }
 for s in "$@"; do run "$s" 1; done
 settings=("$@")
-for ((i = ${#settings[@]} - 1; i >= 0; --i)); do run "${settings[$i]}" 2; done
+if [ "${E2E_ROUNDS:-2}" -ge 2 ]; then
+  for ((i = ${#settings[@]} - 1; i >= 0; --i)); do run "${settings[$i]}" 2; done
+fi
 echo "best of two rounds per setting and heads:"
 awk '{k = $1 " " $2; t = $6 + 0; if (!(k in best) || t < best[k]) best[k] = t} END {for (k in best) print k, best[k], "s"}' \
   "$summary" | sort

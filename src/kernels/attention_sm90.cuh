@@ -31,6 +31,7 @@
 #include "api/env_flag.h"
 #include "kernels/attention.cuh"
 #include "prims/sm90.cuh"
+#include "prims/tma_encoder.h"
 #include "prims/wgmma_ops.cuh"
 
 namespace gqattn::kernels {
@@ -492,21 +493,6 @@ struct Sm90Prefill {
   using Shape = AttnShape<Family::kPrefillSm90, HeadDim>;
   static constexpr int kTile = AttnConfig<Family::kPrefillSm90, HeadDim>::kKVTile;
 
-  static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-      void* f = nullptr;
-      cudaDriverEntryPointQueryResult found{};
-      if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
-              cudaSuccess ||
-          found != cudaDriverEntryPointSuccess) {
-        cudaGetLastError();
-        return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-      }
-      return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-    }();
-    return fn;
-  }
-
   // The TMA maps of this run's K/V pools, or enabled = 0 (cp.async for every tile) when the
   // layout does not fit: page sizes that are not a multiple of the tile (small pages measured 20%
   // slower with one box per page than the gathers), strides out of order, no encoder, or
@@ -516,7 +502,7 @@ struct Sm90Prefill {
     std::memset(&t, 0, sizeof(t));
     static const bool tma_disabled = env_flag("GQATTN_DISABLE_TMA");  // read once per process
     if (tma_disabled) return t;
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = prims::tensor_map_encoder();
     if (encode == nullptr || p.kv_rows <= 0 || p.num_kv_heads <= 0) return t;
     const bool paged = p.page_indices != nullptr;
     const int64_t page_size = paged ? static_cast<int64_t>(p.page.divisor) : 1;
