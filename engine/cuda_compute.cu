@@ -521,6 +521,7 @@ class CudaCompute final : public Compute {
       if (e != nullptr) cudaEventDestroy(e);
     l2_flush_.reset();
     l2_sink_.reset();
+    gemm_workspaces_.clear();
     cublas_workspace_.reset();
     cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
@@ -647,8 +648,7 @@ class CudaCompute final : public Compute {
     if (n == 0) return;
     // Row-major y[n, m] = x[n, k] w[m, k]^T is column-major y^T[m, n] = w^T^T . x^T.
     const cudaDataType_t out_type = cuda_type(y.dtype);
-    const GemmKey key{device_id_,        m, n, k, w.strides[0], x.strides[0], y.strides[0], int(out_type),
-                      pointer_alignment(w.data), pointer_alignment(x.data), pointer_alignment(y.data)};
+    const GemmKey key = key_of(x, w, y);
     GemmPlans& plans = gemm_plans();
     const std::lock_guard<std::mutex> lock(plans.mutex);
     const auto [it, inserted] = plans.plans.try_emplace(key);
@@ -661,10 +661,16 @@ class CudaCompute final : public Compute {
       throw;
     }
     if (plan.own.splits > 0) {
-      gemm_sm90::launch(x, w, y, plan.own, stream_);
+      gemm_sm90::launch(x, w, y, plan.own, stream_, gemm_workspace(key, gemm_sm90::workspace_bytes(m, plan.own)));
     } else {
       GQ_CUBLAS_CHECK(run_gemm(plan, plan.algo, w.data, x.data, y.data));
     }
+  }
+
+  GemmKey key_of(const TensorView& x, const TensorView& w, const TensorView& y) const {
+    return GemmKey{device_id_,   int(w.shape[0]),         int(x.shape[0]),          int(w.shape[1]),
+                   w.strides[0], x.strides[0],            y.strides[0],             int(cuda_type(y.dtype)),
+                   pointer_alignment(w.data), pointer_alignment(x.data), pointer_alignment(y.data)};
   }
 
   void rope(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq) override {
@@ -852,6 +858,10 @@ class CudaCompute final : public Compute {
     if (tune && own_gemm_ && gemm_sm90::fits(xv, wv, yv))
       for (const gemm_sm90::Variant& v : gemm_sm90::candidates(std::get<1>(key), std::get<3>(key), num_sms_))
         candidates.push_back(GemmCandidate{{}, v});
+    size_t own_workspace = 0;  // the largest any gemm_sm90 candidate needs, made before the timing
+    for (const GemmCandidate& c : candidates)
+      own_workspace = std::max(own_workspace, gemm_sm90::workspace_bytes(std::get<1>(key), c.own));
+    gemm_workspace(key, own_workspace);
     const GemmCandidate chosen = tune ? fastest_gemm(p, key, candidates, xv, wv, yv) : candidates.front();
     p.algo = chosen.algo;
     p.own = chosen.own;
@@ -864,11 +874,25 @@ class CudaCompute final : public Compute {
                      const TensorView& y) {
     if (c.own.splits == 0) return run_gemm(p, c.algo, w.data, x.data, y.data) == CUBLAS_STATUS_SUCCESS;
     try {
-      gemm_sm90::launch(x, w, y, c.own, stream_);
+      const size_t bytes = gemm_sm90::workspace_bytes(int(w.shape[0]), c.own);
+      gemm_sm90::launch(x, w, y, c.own, stream_, bytes > 0 ? gemm_workspace(key_of(x, w, y), bytes) : nullptr);
       return true;
     } catch (const Error&) {
       return false;
     }
+  }
+
+  // This device's zeroed workspace for a GEMM shape's gemm_sm90 variant (at least `bytes`), made on
+  // first use: the shape's eager call, never inside a capture (the engine runs every graph's body
+  // eagerly first). Per device, since the plans are shared by a process's runners and streams.
+  void* gemm_workspace(const GemmKey& key, size_t bytes) {
+    if (bytes == 0) return nullptr;
+    DeviceBuffer& buffer = gemm_workspaces_[key];
+    if (buffer.bytes() < bytes) {
+      buffer = alloc(bytes);
+      GQ_CUDA_CHECK(cudaMemsetAsync(buffer.data(), 0, bytes, stream_));
+    }
+    return buffer.data();
   }
 
   // Times each candidate (one warm-up, then kGemmTuneReps rounds over all of them, each run after
@@ -945,9 +969,16 @@ class CudaCompute final : public Compute {
         std::fprintf(stderr, "; best cublasLt %.1f us (algo %d tile %u split-k %d)", ms[best_blas] * 1e3, algo_id,
                      tile, split_k(candidates[best_blas].algo));
       }
-      if (best_own < count)
-        std::fprintf(stderr, "; best sm90 %.1f us (tile %d, %d splits)", ms[best_own] * 1e3,
-                     candidates[best_own].own.tile_m, candidates[best_own].own.splits);
+      if (best_own < count) {
+        std::fprintf(stderr, "; sm90 (tile x splits, c: cluster [max clusters], w: workspace):");
+        for (size_t i = 0; i < count; ++i) {
+          const gemm_sm90::Variant& v = candidates[i].own;
+          if (v.splits == 0) continue;
+          std::fprintf(stderr, " %dx%d%s", v.tile_m, v.splits, v.workspace ? "w" : "c");
+          if (v.splits > 1 && !v.workspace) std::fprintf(stderr, "[%d]", gemm_sm90::max_active_clusters(v));
+          std::fprintf(stderr, " %.1f", ms[i] * 1e3);
+        }
+      }
       std::fprintf(stderr, "\n");
     }
     return candidates[best];
@@ -994,6 +1025,7 @@ class CudaCompute final : public Compute {
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
   bool own_gemm_ = false;  // the Hopper GEMM is built, the device is sm_90, GQATTN_DISABLE_SM90_GEMM unset
   std::map<int, cudaGraphExec_t> graphs_;
+  std::map<GemmKey, DeviceBuffer> gemm_workspaces_;  // gemm_sm90 workspace variants' buffers, per shape
   bool graphs_failed_ = false;
 };
 

@@ -46,7 +46,7 @@ struct Shape {
   static constexpr int kStages = kPipeBytes / kStageBytes;  // 6 at 128 rows, 4 at 256
   static constexpr int kRedStride = kTileM + 8;  // floats a row of the epilogue buffer (float2 stores spread over banks)
   static constexpr int kRedBytes = kMaxTokens * kRedStride * 4;
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 16;  // + the "last CTA" flag
   static_assert(kRedBytes <= kStages * kStageBytes, "the epilogue buffer reuses the pipeline's memory");
   static_assert(kStageBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stages of whole swizzle atoms, in one SM");
 };
@@ -59,6 +59,8 @@ struct Params {
   void* y;
   int64_t ldy;
   int n, m, k, splits;
+  float* partials;  // workspace mode: [tiles x splits][kMaxTokens][kTileM] fp32; nullptr: cluster mode
+  int* arrivals;    // workspace mode: [tiles] counters, zero between launches
 };
 
 template <int kTileM, bool kF32Out>
@@ -106,10 +108,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
       }
     }
     __syncwarp();
-    // The epilogue's two cluster barriers (every thread of the cluster arrives at each), here so
-    // that no code after the register release runs in the consumers' budget.
-    sm90::cluster_sync();
-    sm90::cluster_sync();
+    if (p.partials == nullptr) {
+      // The epilogue's two cluster barriers (every thread of the cluster arrives at each), here so
+      // that no code after the register release runs in the consumers' budget.
+      sm90::cluster_sync();
+      sm90::cluster_sync();
+    }
     return;
   }
 
@@ -139,31 +143,95 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
       sm90::wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < kTileM / 2; ++j) sm90::fence_operand(acc[j]);
-      // Every consumer's wgmma has read its last stage before the stages become the epilogue buffer.
-      sm90::named_barrier_sync(1, 128 * consumers);
-      float* red = reinterpret_cast<float*>(smem);
+      if (p.partials != nullptr) {
+        // Workspace mode: this CTA's fp32 partial tile (rows < n) into its slot of the workspace.
+        float* slot = p.partials + static_cast<int64_t>(blockIdx.x) * (kMaxTokens * kTileM);
 #pragma unroll
-      for (int j = 0; j < kTileM / 8; ++j) {
+        for (int j = 0; j < kTileM / 8; ++j) {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {  // fragment: row lane / 4 + 8 i of the warp's 16, columns 8 j + 2 (lane % 4) + {0, 1}
-          const int row = cw * 64 + warp * 16 + (lane >> 2) + 8 * i;
-          *reinterpret_cast<float2*>(red + row * S::kRedStride + 8 * j + 2 * (lane & 3)) =
-              make_float2(acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1]);
+          for (int i = 0; i < 2; ++i) {
+            const int row = cw * 64 + warp * 16 + (lane >> 2) + 8 * i;
+            if (row < p.n)
+              *reinterpret_cast<float2*>(slot + row * kTileM + 8 * j + 2 * (lane & 3)) =
+                  make_float2(acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1]);
+          }
+        }
+      } else {
+        // Cluster mode: every consumer's wgmma has read its last stage before the stages become
+        // the epilogue buffer.
+        sm90::named_barrier_sync(1, 128 * consumers);
+        float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+        for (int j = 0; j < kTileM / 8; ++j) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {  // fragment: row lane / 4 + 8 i of the warp's 16, columns 8 j + 2 (lane % 4) + {0, 1}
+            const int row = cw * 64 + warp * 16 + (lane >> 2) + 8 * i;
+            *reinterpret_cast<float2*>(red + row * S::kRedStride + 8 * j + 2 * (lane & 3)) =
+                make_float2(acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1]);
+          }
         }
       }
     }
   }
 
+  // The tile's sum over the splits, in rank order (the same bits whichever CTA adds them up), in
+  // units of 8 output columns: rows < n, columns < m (a multiple of 8: a unit is wholly in or out).
+  constexpr int kUnitsPerRow = kTileM / 8;
+  const int ct = tid - 128;  // 0..255: both consumer warpgroups share the sum
+  auto store_unit = [&](int row, int col, const float (&v)[8]) {
+    if constexpr (kF32Out) {
+      float* dst = static_cast<float*>(p.y) + row * p.ldy + col;
+      reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      uint4 packed;
+      packed.x = prims::pack2<__nv_bfloat16>(v[0], v[1]);
+      packed.y = prims::pack2<__nv_bfloat16>(v[2], v[3]);
+      packed.z = prims::pack2<__nv_bfloat16>(v[4], v[5]);
+      packed.w = prims::pack2<__nv_bfloat16>(v[6], v[7]);
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + row * p.ldy + col) = packed;
+    }
+  };
+  if (p.partials != nullptr) {
+    // The last of the tile's CTAs to arrive adds up every split's partial tile from the workspace
+    // (L2) and resets the tile's counter for the next launch.
+    volatile int* s_last = reinterpret_cast<volatile int*>(empty + S::kStages);
+    __threadfence();
+    sm90::named_barrier_sync(1, 256);
+    if (ct == 0) {
+      const int tile = static_cast<int>(blockIdx.x) / p.splits;
+      const int arrived = atomicAdd(p.arrivals + tile, 1);
+      *s_last = arrived == p.splits - 1;
+      if (arrived == p.splits - 1) p.arrivals[tile] = 0;
+    }
+    sm90::named_barrier_sync(1, 256);
+    if (*s_last == 0) return;
+    __threadfence();
+    const float* first = p.partials + static_cast<int64_t>(blockIdx.x - rank) * (kMaxTokens * kTileM);
+    for (int u = ct; u < p.n * kUnitsPerRow; u += 256) {
+      const int row = u / kUnitsPerRow, c8 = u % kUnitsPerRow;
+      const int col = m0 + 8 * c8;
+      if (col >= p.m) continue;
+      float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      for (int q = 0; q < p.splits; ++q) {
+        const float4* src = reinterpret_cast<const float4*>(first + q * (kMaxTokens * kTileM) + row * kTileM + 8 * c8);
+        const float4 lo = __ldcg(src), hi = __ldcg(src + 1);
+        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+        v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+      }
+      store_unit(row, col, v);
+    }
+    return;
+  }
   sm90::cluster_sync();  // every CTA's partial tile is in its shared memory
   {
-    constexpr int kUnitsPerRow = kTileM / 8;  // 8 output columns a unit
     const int units = p.n * kUnitsPerRow;
     const int u_end = (rank + 1) * units / p.splits;
     const float* red = reinterpret_cast<const float*>(smem);
-    for (int u = rank * units / p.splits + (tid - 128); u < u_end; u += 256) {
+    for (int u = rank * units / p.splits + ct; u < u_end; u += 256) {
       const int row = u / kUnitsPerRow, c8 = u % kUnitsPerRow;
       const int col = m0 + 8 * c8;
-      if (col >= p.m) continue;  // m is a multiple of 8: a unit is wholly in or out
+      if (col >= p.m) continue;
       const float* local = red + row * S::kRedStride + 8 * c8;
       float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       for (int q = 0; q < p.splits; ++q) {
@@ -172,18 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
         v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
         v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
       }
-      if constexpr (kF32Out) {
-        float* dst = static_cast<float*>(p.y) + row * p.ldy + col;
-        reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-        reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-      } else {
-        uint4 packed;
-        packed.x = prims::pack2<__nv_bfloat16>(v[0], v[1]);
-        packed.y = prims::pack2<__nv_bfloat16>(v[2], v[3]);
-        packed.z = prims::pack2<__nv_bfloat16>(v[4], v[5]);
-        packed.w = prims::pack2<__nv_bfloat16>(v[6], v[7]);
-        *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + row * p.ldy + col) = packed;
-      }
+      store_unit(row, col, v);
     }
   }
   sm90::cluster_sync();  // no CTA leaves while another still reads its shared memory
@@ -210,7 +267,7 @@ CUtensorMap make_map(const TensorView& t, int box_rows) {
 }
 
 template <int kTileM, bool kF32Out>
-void launch_variant(const Maps& maps, const Params& p, int tiles, cudaStream_t stream) {
+void launch_variant(const Maps& maps, const Params& p, int tiles, bool cluster, cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
     GQ_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<kTileM, kF32Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -221,15 +278,19 @@ void launch_variant(const Maps& maps, const Params& p, int tiles, cudaStream_t s
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = Shape<kTileM>::kSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(p.splits);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = p.splits > 1 ? 1 : 0;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(p.splits);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = cluster && p.splits > 1 ? 1 : 0;
   GQ_CUDA_CHECK(cudaLaunchKernelEx(&config, gemm_kernel<kTileM, kF32Out>, maps, p));
 }
+
+constexpr size_t kCounterBytes = 256;  // per 64 tiles: the workspace's counters, before the partial tiles
+
+size_t counter_bytes(int tiles) { return (size_t(tiles) + 63) / 64 * kCounterBytes; }
 
 }  // namespace
 
@@ -267,7 +328,7 @@ bool fits(const TensorView& x, const TensorView& w, const TensorView& y) {
 std::vector<Variant> candidates(int m, int k, int num_sms) {
   struct Scored {
     double cost;
-    Variant v;
+    int splits;
   };
   std::vector<Variant> out;
   const int kblocks = (k + kKBlock - 1) / kKBlock;
@@ -276,34 +337,82 @@ std::vector<Variant> candidates(int m, int k, int num_sms) {
     std::vector<Scored> scored;
     for (int s = 1; s <= std::min(kMaxSplits, kblocks); ++s) {
       const int waves = (tiles * s + num_sms - 1) / num_sms;
-      // w rows x k blocks a CTA streams in sequence, plus ~2 blocks' worth for the cluster's sum.
+      // w rows x k blocks a CTA streams in sequence, plus ~2 blocks' worth for the sum of splits.
       const double cost = double(waves) * tile * ((kblocks + s - 1) / s + (s > 1 ? 2 : 0));
-      scored.push_back({cost, Variant{tile, s}});
+      scored.push_back({cost, s});
     }
     std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) { return a.cost < b.cost; });
-    for (size_t i = 0; i < scored.size() && i < size_t(kMaxCandidates / 2); ++i) out.push_back(scored[i].v);
+    for (size_t i = 0; i < scored.size() && i < 3; ++i) {
+      out.push_back(Variant{tile, scored[i].splits, false});
+      if (scored[i].splits > 1) out.push_back(Variant{tile, scored[i].splits, true});
+    }
   }
+  if (out.size() > size_t(kMaxCandidates)) out.resize(kMaxCandidates);
   return out;
 }
 
-void launch(const TensorView& x, const TensorView& w, const TensorView& y, Variant v, cudaStream_t stream) {
+size_t workspace_bytes(int m, Variant v) {
+  if (!v.workspace || v.tile_m <= 0) return 0;
+  const int tiles = (m + v.tile_m - 1) / v.tile_m;
+  return counter_bytes(tiles) + size_t(tiles) * v.splits * kMaxTokens * v.tile_m * sizeof(float);
+}
+
+int max_active_clusters(Variant v) {
+  if (v.splits <= 1 || v.workspace) return 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(v.splits * 64));
+  config.blockDim = dim3(kThreads);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(v.splits);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  cudaError_t status;
+  if (v.tile_m == 256) {
+    config.dynamicSmemBytes = Shape<256>::kSmemBytes;
+    cudaFuncSetAttribute(gemm_kernel<256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<256>::kSmemBytes);
+    status = cudaOccupancyMaxActiveClusters(&clusters, gemm_kernel<256, false>, &config);
+  } else {
+    config.dynamicSmemBytes = Shape<128>::kSmemBytes;
+    cudaFuncSetAttribute(gemm_kernel<128, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<128>::kSmemBytes);
+    status = cudaOccupancyMaxActiveClusters(&clusters, gemm_kernel<128, false>, &config);
+  }
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return clusters;
+}
+
+void launch(const TensorView& x, const TensorView& w, const TensorView& y, Variant v, cudaStream_t stream,
+            void* workspace) {
   GQ_CHECK(fits(x, w, y), "gemm_sm90: x ", x.describe(), " . w ", w.describe(), "^T -> y ", y.describe(),
            " does not fit the kernel (bf16, n <= ", kMaxTokens, ", k and m multiples of 8, 16-byte aligned rows)");
   GQ_CHECK((v.tile_m == 128 || v.tile_m == 256) && v.splits >= 1 && v.splits <= kMaxSplits,
            "gemm_sm90: no variant with tile ", v.tile_m, " and ", v.splits, " splits");
+  GQ_CHECK(!v.workspace || workspace != nullptr, "gemm_sm90: the workspace variant needs a workspace");
   const int n = int(x.shape[0]), k = int(x.shape[1]), m = int(w.shape[0]);
   const int kblocks = (k + kKBlock - 1) / kKBlock;
   GQ_CHECK(v.splits <= kblocks, "gemm_sm90: ", v.splits, " splits of ", kblocks, " k blocks");
   Maps maps;
   maps.x = make_map(x, 64);
   maps.w = make_map(w, v.tile_m);
-  const Params p{y.data, y.strides[0], n, m, k, v.splits};
   const int tiles = (m + v.tile_m - 1) / v.tile_m;
-  const bool f32 = y.dtype == DType::kFP32;
+  Params p{y.data, y.strides[0], n, m, k, v.splits, nullptr, nullptr};
+  if (v.workspace) {
+    p.arrivals = static_cast<int*>(workspace);
+    p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + counter_bytes(tiles));
+  }
+  const bool f32 = y.dtype == DType::kFP32, cluster = !v.workspace;
   if (v.tile_m == 256) {
-    f32 ? launch_variant<256, true>(maps, p, tiles, stream) : launch_variant<256, false>(maps, p, tiles, stream);
+    f32 ? launch_variant<256, true>(maps, p, tiles, cluster, stream)
+        : launch_variant<256, false>(maps, p, tiles, cluster, stream);
   } else {
-    f32 ? launch_variant<128, true>(maps, p, tiles, stream) : launch_variant<128, false>(maps, p, tiles, stream);
+    f32 ? launch_variant<128, true>(maps, p, tiles, cluster, stream)
+        : launch_variant<128, false>(maps, p, tiles, cluster, stream);
   }
 }
 

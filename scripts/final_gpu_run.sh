@@ -8,8 +8,7 @@
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
 #   scripts/final_gpu_run.sh gemm      the engine's Hopper GEMM (engine/gemm_sm90.cu): its tests,
 #                                      memcheck and racecheck, the engine table with it and with
-#                                      cuBLASLt only, every tuned shape logged; the decode timing
-#                                      with and without the bench's spin kernel (~8 min)
+#                                      cuBLASLt only, every tuned shape logged (~6 min)
 #   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K), and the engine's
@@ -43,17 +42,6 @@ case $mode in
       timeout 240 compute-sanitizer --error-exitcode 1 --tool $tool "$T" --gtest_filter='ComputeOps.GemmSm90*' \
         > "$LOG_DIR/gemm_$tool.log" 2>&1 && echo "gemm $tool: clean" || { echo "gemm $tool: FAILED"; tail -20 "$LOG_DIR/gemm_$tool.log"; }
     done; save
-    # The bench's timing with and without the spin kernel before each replay, on a few decode cases.
-    { head -1 bench/sweeps/decode.csv
-      printf '%s\n' decode,bf16,32,32,128,16,1,1,512,1 decode,bf16,8,1,128,16,1,1,512,1 decode,bf16,32,8,128,16,1,1,32768,1 \
-        decode,bf16,32,1,128,16,1,1,32768,1 decode,bf16,32,8,128,16,8,1,2048,1 decode,bf16,32,32,128,16,128,1,512,1
-    } > "$LOG_DIR/spin.csv"
-    for round in 1 2; do
-      for spin in on off; do
-        env $([ $spin = off ] && echo GQATTN_BENCH_NO_SPIN=1) build-gpu/gqattn-bench --device cuda --sweep "$LOG_DIR/spin.csv" \
-          --iters 30 2>&1 | grep "^decode" | sed "s/^/spin $spin round $round: /"
-      done
-    done | tee "$LOG_DIR/spin.txt"; save
     E2E_ROUNDS=${E2E_ROUNDS:-1} E2E_HEADS=${E2E_HEADS:-"1 8 32"} E2E_TIMEOUT=100 scripts/e2e_ab.sh build-gpu "$LOG_DIR/ab" \
       "sm90:" "blas:GQATTN_DISABLE_SM90_GEMM=1" | tail -8
     grep -h "gemm tune" "$LOG_DIR"/ab/sm90_kv*_1.log | sort -u | head -40; save

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -317,16 +318,24 @@ TEST_F(ComputeOps, GemmSm90VariantsMatchTheHost) {
           magnitude[size_t(i) * c.m + o] += std::abs(p);
         }
     const int kblocks = (c.k + 63) / 64;
-    for (const int tile : {128, 256}) {
-      for (const int splits : {1, 2, 3, 8}) {
+    for (const gemm_sm90::Variant v : {gemm_sm90::Variant{128, 1, false}, gemm_sm90::Variant{256, 1, false},
+                                       gemm_sm90::Variant{128, 2, false}, gemm_sm90::Variant{256, 3, false},
+                                       gemm_sm90::Variant{128, 8, false}, gemm_sm90::Variant{128, 2, true},
+                                       gemm_sm90::Variant{256, 3, true}, gemm_sm90::Variant{256, 8, true}}) {
+      {
+        const int tile = v.tile_m, splits = v.splits;
         if (splits > kblocks) continue;
         SCOPED_TRACE(::testing::Message() << "n " << c.n << ", m " << c.m << ", k " << c.k << ", "
                                           << dtype_name(c.out) << ", pad " << c.pad << ", tile " << tile << ", "
-                                          << splits << " splits");
+                                          << splits << " splits" << (v.workspace ? " (workspace)" : " (cluster)"));
+        const size_t ws_bytes = gemm_sm90::workspace_bytes(c.m, v);
+        DeviceBuffer ws = gpu_->alloc(std::max<size_t>(ws_bytes, 16));
+        gpu_->upload(ws.data(), std::vector<unsigned char>(std::max<size_t>(ws_bytes, 16), 0).data(),
+                     std::max<size_t>(ws_bytes, 16));
         const auto run = [&] {
           const std::vector<unsigned char> poison(y_bytes, 0xFF);
           gpu_->upload(y.view.data, poison.data(), y_bytes);
-          gemm_sm90::launch(x.view, w.view, y.view, gemm_sm90::Variant{tile, splits}, stream);
+          gemm_sm90::launch(x.view, w.view, y.view, v, stream, ws_bytes > 0 ? ws.data() : nullptr);
           ASSERT_EQ(cudaGetLastError(), cudaSuccess);
         };
         run();
@@ -377,6 +386,9 @@ TEST_F(ComputeOps, GemmSm90RefusesViewsThatDoNotFit) {
   EXPECT_TRUE(gemm_sm90::fits(x128, w.view, y128));
   EXPECT_THROW(gemm_sm90::launch(x128, w.view, y128, {192, 1}, stream), Error);  // no such tile
   EXPECT_THROW(gemm_sm90::launch(x128, w.view, y128, {128, 2}, stream), Error);  // 2 splits of 1 k block
+  DeviceMatrix x2 = matrix(DType::kBF16, 8, 256, 256, 1.f), w2 = matrix(DType::kBF16, 128, 256, 256, 0.1f);
+  DeviceMatrix y2 = matrix(DType::kBF16, 8, 128, 128, 0.f);
+  EXPECT_THROW(gemm_sm90::launch(x2.view, w2.view, y2.view, {128, 2, true}, stream), Error);  // no workspace
 }
 
 // A shape first met while the stream is being captured runs the heuristic's first algorithm in the
