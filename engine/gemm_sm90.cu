@@ -51,6 +51,10 @@ struct Shape {
   static_assert(kStageBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stages of whole swizzle atoms, in one SM");
 };
 
+struct Sum8 {
+  float v[8];
+};
+
 struct Maps {
   CUtensorMap x, w;  // {k, n} and {k, m}, boxes of 64 x 64 and 64 x kTileM, 128-byte swizzle
 };
@@ -178,7 +182,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
   // units of 8 output columns: rows < n, columns < m (a multiple of 8: a unit is wholly in or out).
   constexpr int kUnitsPerRow = kTileM / 8;
   const int ct = tid - 128;  // 0..255: both consumer warpgroups share the sum
-  auto store_unit = [&](int row, int col, const float (&v)[8]) {
+  auto store_unit = [&](int row, int col, const Sum8& sum) {
+    const float* v = sum.v;
     if constexpr (kF32Out) {
       float* dst = static_cast<float*>(p.y) + row * p.ldy + col;
       reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -191,6 +196,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
       packed.w = prims::pack2<__nv_bfloat16>(v[6], v[7]);
       *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + row * p.ldy + col) = packed;
     }
+  };
+  // The sum over `splits` partial units (part[2 q], part[2 q + 1]) in rank order from 0, so that the
+  // bits do not depend on which CTA adds them up.
+  auto sum_parts = [](const float4 (&part)[2 * kMaxSplits], int splits) {
+    Sum8 sum{{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
+    float* v = sum.v;
+#pragma unroll
+    for (int q = 0; q < kMaxSplits; ++q) {
+      if (q < splits) {
+        const float4 lo = part[2 * q], hi = part[2 * q + 1];
+        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+        v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+      }
+    }
+    return sum;
   };
   if (p.partials != nullptr) {
     // The last of the tile's CTAs to arrive adds up every split's partial tile from the workspace
@@ -212,14 +232,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
       const int row = u / kUnitsPerRow, c8 = u % kUnitsPerRow;
       const int col = m0 + 8 * c8;
       if (col >= p.m) continue;
-      float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int q = 0; q < p.splits; ++q) {
-        const float4* src = reinterpret_cast<const float4*>(first + q * (kMaxTokens * kTileM) + row * kTileM + 8 * c8);
-        const float4 lo = __ldcg(src), hi = __ldcg(src + 1);
-        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
-        v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+      float4 part[2 * kMaxSplits];  // every split's loads in flight at once, then added in rank order
+#pragma unroll
+      for (int q = 0; q < kMaxSplits; ++q) {
+        if (q < p.splits) {
+          const float4* src =
+              reinterpret_cast<const float4*>(first + q * (kMaxTokens * kTileM) + row * kTileM + 8 * c8);
+          part[2 * q] = __ldcg(src);
+          part[2 * q + 1] = __ldcg(src + 1);
+        }
       }
-      store_unit(row, col, v);
+      store_unit(row, col, sum_parts(part, p.splits));
     }
     return;
   }
@@ -233,14 +256,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
       const int col = m0 + 8 * c8;
       if (col >= p.m) continue;
       const float* local = red + row * S::kRedStride + 8 * c8;
-      float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int q = 0; q < p.splits; ++q) {
-        const uint32_t a = sm90::cluster_map(local, static_cast<uint32_t>(q));
-        const float4 lo = sm90::ld_cluster_f4(a), hi = sm90::ld_cluster_f4(a + 16);
-        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
-        v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+      float4 part[2 * kMaxSplits];  // every rank's loads in flight at once (a remote load is a round
+                                    // trip over the cluster), then added in rank order
+#pragma unroll
+      for (int q = 0; q < kMaxSplits; ++q) {
+        if (q < p.splits) {
+          const uint32_t a = sm90::cluster_map(local, static_cast<uint32_t>(q));
+          part[2 * q] = sm90::ld_cluster_f4(a);
+          part[2 * q + 1] = sm90::ld_cluster_f4(a + 16);
+        }
       }
-      store_unit(row, col, v);
+      store_unit(row, col, sum_parts(part, p.splits));
     }
   }
   sm90::cluster_sync();  // no CTA leaves while another still reads its shared memory
