@@ -153,9 +153,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const __grid_constant
           sm90::Wgmma<__nv_bfloat16, kTileM>::ss(acc, x_desc + 2 * kk, w_desc + 2 * kk, 1);
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();  // the previous stage's group has completed: release that stage
-        if (i > 0 && lane < p.mcast)  // lane j tells the j-th CTA on this k slice (whose x it also holds)
-          sm90::mbar_arrive_cluster(sm90::cluster_map(&empty[(i - 1) % S::kStages],
-                                                      static_cast<uint32_t>(split + p.splits * lane)));
+        if (i > 0 && lane < p.mcast) {  // lane j tells the j-th CTA on this k slice (whose x it also holds)
+          uint64_t* bar = &empty[(i - 1) % S::kStages];
+          if (p.mcast == 1) {
+            sm90::mbar_arrive(bar);
+          } else {
+            sm90::mbar_arrive_cluster(sm90::cluster_map(bar, static_cast<uint32_t>(split + p.splits * lane)));
+          }
+        }
       }
       sm90::wgmma_wait<0>();
 #pragma unroll

@@ -126,9 +126,10 @@ __device__ __forceinline__ uint32_t cluster_map(const void* p, uint32_t rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
   return a;
 }
-// One arrival (release, cluster scope) on the mbarrier at shared::cluster address `addr` (cluster_map).
+// One arrival on the mbarrier at shared::cluster address `addr` (cluster_map), possibly another
+// CTA's (the default .release.cta semantics: the arriving thread's earlier reads are done).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(addr) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(addr) : "memory");
 }
 __device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
   float4 v;
