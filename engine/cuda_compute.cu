@@ -1,5 +1,4 @@
-// The CUDA compute device: bf16 GEMMs with fp32 compute (cuBLASLt's algorithms and, on Hopper,
-// gemm_sm90's variants for <= 128 tokens, autotuned per shape),
+// The CUDA compute device: cuBLASLt bf16 GEMMs with fp32 compute (algorithms autotuned per shape),
 // the engine's small fused kernels (embedding gather, residual add + RMSNorm, RoPE, SwiGLU, row
 // gather, argmax, K/V expansion, random weights; 16-byte accesses where rows allow), a streaming
 // read for the bandwidth ceiling, and CUDA-graph capture/replay.
@@ -19,7 +18,6 @@
 
 #include "compute.h"
 #include "api/env_flag.h"
-#include "gemm_sm90.h"
 #include "kernels/launch.h"
 #include "gqattn/error.h"
 #include "prims/cuda_check.h"
@@ -63,7 +61,6 @@ constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 // decode step), and the slack within which a candidate without split-K is preferred to a faster
 // one with it.
 constexpr int kGemmCandidates = 16;
-constexpr int kMaxGemmCandidates = kGemmCandidates + gemm_sm90::kMaxCandidates;  // with the Hopper GEMM's
 constexpr int kGemmTuneMaxRows = 256;
 constexpr int kGemmTuneReps = 7;
 constexpr int kL2FlushFactor = 2;
@@ -471,15 +468,8 @@ struct GemmPlan {
   cublasLtMatmulDescOpaque_t desc;
   cublasLtMatrixLayoutOpaque_t a, b, c;  // w as [k, m] column-major, x as [k, n], y as [m, n]
   cublasLtMatmulAlgo_t algo;
-  gemm_sm90::Variant own;  // own.splits > 0: the engine's Hopper GEMM won the tuning, not cuBLASLt
   bool has_algo = false;
   bool settled = false;
-};
-
-// One timed candidate of a shape: a cuBLASLt algorithm, or (own.splits > 0) a gemm_sm90 variant.
-struct GemmCandidate {
-  cublasLtMatmulAlgo_t algo{};
-  gemm_sm90::Variant own;
 };
 
 // device, m (out features), n (tokens), k, lda, ldb, ldc, output type, alignments of w, x, y.
@@ -512,7 +502,6 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
-    own_gemm_ = !env_flag("GQATTN_DISABLE_SM90_GEMM") && gemm_sm90::available(device_id_);
   }
   ~CudaCompute() override {
     cudaStreamSynchronize(stream_);
@@ -647,29 +636,20 @@ class CudaCompute final : public Compute {
     if (n == 0) return;
     // Row-major y[n, m] = x[n, k] w[m, k]^T is column-major y^T[m, n] = w^T^T . x^T.
     const cudaDataType_t out_type = cuda_type(y.dtype);
-    const GemmKey key = key_of(x, w, y);
+    const GemmKey key{device_id_,        m, n, k, w.strides[0], x.strides[0], y.strides[0], int(out_type),
+                      pointer_alignment(w.data), pointer_alignment(x.data), pointer_alignment(y.data)};
     GemmPlans& plans = gemm_plans();
     const std::lock_guard<std::mutex> lock(plans.mutex);
     const auto [it, inserted] = plans.plans.try_emplace(key);
     GemmPlan& plan = it->second;
     try {
       if (inserted) init_gemm_plan(plan, m, n, k, w.strides[0], x.strides[0], y.strides[0], out_type);
-      if (!plan.settled) choose_gemm_algo(plan, key, x, w, y);
+      if (!plan.settled) choose_gemm_algo(plan, key, w.data, x.data, y.data);
     } catch (...) {
       if (inserted) plans.plans.erase(it);
       throw;
     }
-    if (plan.own.splits > 0) {
-      gemm_sm90::launch(x, w, y, plan.own, stream_);
-    } else {
-      GQ_CUBLAS_CHECK(run_gemm(plan, plan.algo, w.data, x.data, y.data));
-    }
-  }
-
-  GemmKey key_of(const TensorView& x, const TensorView& w, const TensorView& y) const {
-    return GemmKey{device_id_,   int(w.shape[0]),         int(x.shape[0]),          int(w.shape[1]),
-                   w.strides[0], x.strides[0],            y.strides[0],             int(cuda_type(y.dtype)),
-                   pointer_alignment(w.data), pointer_alignment(x.data), pointer_alignment(y.data)};
+    GQ_CUBLAS_CHECK(run_gemm(plan, plan.algo, w.data, x.data, y.data));
   }
 
   void rope(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq) override {
@@ -819,9 +799,8 @@ class CudaCompute final : public Compute {
   }
 
   // Gives an unsettled plan its algorithm: the heuristic's first, or (eager, <= kGemmTuneMaxRows
-  // tokens) the fastest candidate, the Hopper GEMM's variants among them where they fit.
-  void choose_gemm_algo(GemmPlan& p, const GemmKey& key, const TensorView& xv, const TensorView& wv,
-                        const TensorView& yv) {
+  // tokens) the fastest candidate.
+  void choose_gemm_algo(GemmPlan& p, const GemmKey& key, const void* w, const void* x, void* y) {
     const int n = std::get<2>(key);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     GQ_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
@@ -845,44 +824,27 @@ class CudaCompute final : public Compute {
     int returned = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_, &p.desc, &p.a, &p.b, &p.c, &p.c, &pref,
                                                                  kGemmCandidates, results, &returned);
-    std::vector<GemmCandidate> candidates;
+    std::vector<cublasLtMatmulAlgo_t> candidates;
     if (status == CUBLAS_STATUS_SUCCESS) {
       for (int i = 0; i < returned; ++i)
         if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= kCublasWorkspaceBytes)
-          candidates.push_back(GemmCandidate{results[i].algo, {}});
+          candidates.push_back(results[i].algo);
     }
     GQ_CHECK(!candidates.empty(), "gemm: cuBLASLt has no algorithm for y[", n, ", ", std::get<1>(key), "] = x[", n,
              ", ", std::get<3>(key), "] . w^T (", cublasLtGetStatusString(status), ")");
-    candidates.resize(std::min(candidates.size(), size_t(kGemmCandidates)));
-    if (tune && own_gemm_ && gemm_sm90::fits(xv, wv, yv))
-      for (const gemm_sm90::Variant& v : gemm_sm90::candidates(std::get<1>(key), std::get<3>(key)))
-        candidates.push_back(GemmCandidate{{}, v});
-    const GemmCandidate chosen = tune ? fastest_gemm(p, key, candidates, xv, wv, yv) : candidates.front();
-    p.algo = chosen.algo;
-    p.own = chosen.own;
+    p.algo = tune ? fastest_gemm_algo(p, key, candidates, w, x, y) : candidates.front();
     p.has_algo = true;
     p.settled = tune || n > kGemmTuneMaxRows;
   }
 
-  // Runs one candidate; false when it cannot run on these buffers.
-  bool run_candidate(GemmPlan& p, const GemmCandidate& c, const TensorView& x, const TensorView& w,
-                     const TensorView& y) {
-    if (c.own.splits == 0) return run_gemm(p, c.algo, w.data, x.data, y.data) == CUBLAS_STATUS_SUCCESS;
-    try {
-      gemm_sm90::launch(x, w, y, c.own, stream_);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  }
-
   // Times each candidate (one warm-up, then kGemmTuneReps rounds over all of them, each run after
-  // an L2 flush) and returns the one of the lowest median; a candidate with a second kernel (a
-  // cuBLASLt split-K reduction) yields to one without within kSplitKSlack of it. Candidates that
-  // fail to run are skipped. Synchronises the stream.
+  // an L2 flush) and returns the one of the lowest median; a candidate without split-K (no
+  // reduction kernel) wins when it is within kSplitKSlack of it. Candidates that fail to run are
+  // skipped. Synchronises the stream.
   // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
-  GemmCandidate fastest_gemm(GemmPlan& p, const GemmKey& key, const std::vector<GemmCandidate>& candidates,
-                             const TensorView& x, const TensorView& w, const TensorView& y) {
+  cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
+                                         const std::vector<cublasLtMatmulAlgo_t>& candidates, const void* w,
+                                         const void* x, void* y) {
     if (!l2_flush_.data() && !l2_flush_failed_ && l2_bytes_ > 0) {
       try {
         l2_flush_ = alloc(size_t(kL2FlushFactor) * size_t(l2_bytes_));
@@ -893,9 +855,9 @@ class CudaCompute final : public Compute {
         l2_flush_failed_ = true;  // tune with warm caches rather than fail
       }
     }
-    const size_t count = std::min(candidates.size(), size_t(kMaxGemmCandidates));
+    const size_t count = std::min(candidates.size(), size_t(kGemmCandidates));
     std::vector<bool> ok(count, true);
-    for (size_t i = 0; i < count; ++i) ok[i] = run_candidate(p, candidates[i], x, w, y);
+    for (size_t i = 0; i < count; ++i) ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
     // Rounds over the candidates (drift in clocks or temperature spreads over all of them), each
     // run after a read of the flush buffer (clean lines: no write-back inside the timed run).
     std::vector<std::vector<float>> times(count);
@@ -904,7 +866,7 @@ class CudaCompute final : public Compute {
         if (!ok[i]) continue;
         flush_l2();
         GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i], stream_));
-        ok[i] = run_candidate(p, candidates[i], x, w, y);
+        ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
         GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i + 1], stream_));
       }
       GQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -922,44 +884,27 @@ class CudaCompute final : public Compute {
       ms[i] = times[i][times[i].size() / 2];
     }
     const size_t fastest = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
-    GQ_CHECK(std::isfinite(ms[fastest]), "gemm: none of the ", candidates.size(), " candidate algorithms ran");
-    const auto two_kernels = [&](size_t i) { return candidates[i].own.splits == 0 && split_k(candidates[i].algo) > 1; };
+    GQ_CHECK(std::isfinite(ms[fastest]), "gemm: none of cuBLASLt's ", candidates.size(), " candidate algorithms ran");
     size_t best = fastest;
-    if (two_kernels(fastest)) {
+    if (split_k(candidates[fastest]) > 1) {
       for (size_t i = 0; i < count; ++i)
-        if (!two_kernels(i) && ms[i] <= ms[fastest] * kSplitKSlack && (best == fastest || ms[i] < ms[best])) best = i;
+        if (split_k(candidates[i]) <= 1 && ms[i] <= ms[fastest] * kSplitKSlack && (best == fastest || ms[i] < ms[best]))
+          best = i;
     }
     if (gemm_log_) {
-      size_t best_blas = count, best_own = count;
-      for (size_t i = 0; i < count; ++i) {
-        size_t& slot = candidates[i].own.splits > 0 ? best_own : best_blas;
-        if (std::isfinite(ms[i]) && (slot == count || ms[i] < ms[slot])) slot = i;
-      }
+      int32_t algo_id = -1;
+      uint32_t tile = 0;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&candidates[best], CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof(algo_id),
+                                           &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&candidates[best], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                           &written);
       const double bytes = 2.0 * std::get<1>(key) * std::get<3>(key);
-      std::fprintf(stderr, "gemm tune m %d n %d k %d: %zu candidates, heuristic's first %.1f us, chosen %s %.1f us "
-                   "(%.0f GB/s of weights)", std::get<1>(key), std::get<2>(key), std::get<3>(key), count, ms[0] * 1e3,
-                   candidates[best].own.splits > 0 ? "sm90" : "cublasLt", ms[best] * 1e3, bytes / (ms[best] * 1e6));
-      if (best_blas < count) {
-        int32_t algo_id = -1;
-        uint32_t tile = 0;
-        size_t written = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&candidates[best_blas].algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id,
-                                             sizeof(algo_id), &written);
-        cublasLtMatmulAlgoConfigGetAttribute(&candidates[best_blas].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                             sizeof(tile), &written);
-        std::fprintf(stderr, "; best cublasLt %.1f us (algo %d tile %u split-k %d)", ms[best_blas] * 1e3, algo_id,
-                     tile, split_k(candidates[best_blas].algo));
-      }
-      if (best_own < count) {
-        std::fprintf(stderr, "; sm90 (tile x splits x multicast [clusters held]):");
-        for (size_t i = 0; i < count; ++i) {
-          const gemm_sm90::Variant& v = candidates[i].own;
-          if (v.splits == 0) continue;
-          std::fprintf(stderr, " %dx%dx%d[%d] %.1f", v.tile_m, v.splits, v.mcast, gemm_sm90::max_active_clusters(v),
-                       ms[i] * 1e3);
-        }
-      }
-      std::fprintf(stderr, "\n");
+      std::fprintf(stderr,
+                   "gemm tune m %d n %d k %d: %zu candidates, heuristic's first %.1f us, chosen #%zu %.1f us "
+                   "(%.0f GB/s of weights; algo %d tile %u split-k %d)\n",
+                   std::get<1>(key), std::get<2>(key), std::get<3>(key), candidates.size(), ms[0] * 1e3, best,
+                   ms[best] * 1e3, bytes / (ms[best] * 1e6), algo_id, tile, split_k(candidates[best]));
     }
     return candidates[best];
   }
@@ -999,11 +944,10 @@ class CudaCompute final : public Compute {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer cublas_workspace_;
   // GEMM tuning: start / stop events of each timed run, and the buffer written to flush the L2.
-  cudaEvent_t tune_events_[2 * kMaxGemmCandidates] = {};
+  cudaEvent_t tune_events_[2 * kGemmCandidates] = {};
   DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
-  bool own_gemm_ = false;  // the Hopper GEMM is built, the device is sm_90, GQATTN_DISABLE_SM90_GEMM unset
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
 };

@@ -6,9 +6,6 @@
 #                                      the single-case checks below (~7 min)
 #   scripts/final_gpu_run.sh measure   prefill and decode sweeps with peers and reports, the engine
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
-#   scripts/final_gpu_run.sh gemm      the engine's Hopper GEMM (engine/gemm_sm90.cu): its tests,
-#                                      memcheck and racecheck, the engine table with it and with
-#                                      cuBLASLt only, every tuned shape logged (~6 min)
 #   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K), and the engine's
@@ -33,22 +30,6 @@ case $mode in
     [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit 0; }
     BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
     ;;
-  gemm)
-    T=build-gpu/tests/gqattn_engine_gpu_tests
-    timeout 240 "$T" --gtest_filter='ComputeOps.*' > "$LOG_DIR/gemm_tests.log" 2>&1
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \] ComputeOps.GemmSm90|FAILED  \]" "$LOG_DIR/gemm_tests.log" | head -12
-    grep -A12 "Failure" "$LOG_DIR/gemm_tests.log" | head -30; save
-    for tool in memcheck racecheck; do
-      timeout 240 compute-sanitizer --error-exitcode 1 --tool $tool "$T" --gtest_filter='ComputeOps.GemmSm90*' \
-        > "$LOG_DIR/gemm_$tool.log" 2>&1 && echo "gemm $tool: clean" || { echo "gemm $tool: FAILED"; tail -20 "$LOG_DIR/gemm_$tool.log"; }
-    done; save
-    E2E_ROUNDS=${E2E_ROUNDS:-1} E2E_HEADS=${E2E_HEADS:-"1 8 32"} E2E_TIMEOUT=100 scripts/e2e_ab.sh build-gpu "$LOG_DIR/ab" \
-      "sm90:" "blas:GQATTN_DISABLE_SM90_GEMM=1" | tail -8
-    grep -h "gemm tune" "$LOG_DIR"/ab/sm90_kv*_1.log | sort -u | head -40; save
-    timeout 200 "$T" > "$LOG_DIR/engine_gpu_tests.log" 2>&1; grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$LOG_DIR/engine_gpu_tests.log" | head
-    PYTHONPATH=build-gpu/python timeout 90 python3 -m pytest -q -p no:cacheprovider tests/python \
-      -k "cuda_graph_replays_after_replan" 2>&1 | tail -2
-    ;;
   profile)
     scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
       "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1"; save
@@ -60,6 +41,6 @@ case $mode in
         > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save
     done
     ;;
-  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure, gemm or profile)"; exit 2 ;;
+  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure or profile)"; exit 2 ;;
 esac
 save

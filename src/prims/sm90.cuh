@@ -1,7 +1,6 @@
-// Thin typed wrappers over the sm_90a PTX of the Hopper kernels (the prefill, the engine's GEMM):
-// mbarriers (with cp.async arrival), TMA loads, the async-proxy fence, cluster barriers and
-// distributed shared memory, wgmma shared-memory descriptors and fences, setmaxnreg and named
-// barriers. The wgmma instructions themselves are in wgmma_ops.cuh (generated).
+// Thin typed wrappers over the sm_90a PTX of the Hopper attention path: mbarriers (with cp.async
+// arrival), the async-proxy fence, wgmma shared-memory descriptors and fences, setmaxnreg and
+// named barriers. The wgmma instructions themselves are in wgmma_ops.cuh (generated).
 // Layer: src/prims (device only; callers compile these only for sm_90a, see attention_sm90.cuh).
 #pragma once
 
@@ -48,23 +47,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 
 // TMA tile loads into shared memory (box and swizzle from the tensor map), completing as
 // transaction bytes on `bar`. `tmap` is the address of a __grid_constant__ CUtensorMap.
-__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-// The same box written to the same shared-memory offset of every CTA of the cluster in `cta_mask`
-// (bit i: rank i), each completing its bytes on the mbarrier at `bar`'s offset in that CTA.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
-                                                      uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-      "[%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(cta_mask)
-      : "memory");
-}
 __device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
@@ -111,33 +93,6 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 }
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// ---- thread-block clusters -----------------------------------------------------------------
-// Every thread of every CTA of the cluster arrives, then waits for all (release / acquire: shared
-// memory written before it is visible to the cluster's reads after it). Not .aligned, so a warp
-// need not be converged.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// The shared::cluster address of `p` (a shared-memory address of this CTA) in CTA `rank`'s copy.
-__device__ __forceinline__ uint32_t cluster_map(const void* p, uint32_t rank) {
-  uint32_t a;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
-  return a;
-}
-// One arrival on the mbarrier at shared::cluster address `addr` (cluster_map), possibly another
-// CTA's (the default .release.cta semantics: the arriving thread's earlier reads are done).
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(addr) : "memory");
-}
-__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
 }
 
 // ---- wgmma ------------------------------------------------------------------------------------

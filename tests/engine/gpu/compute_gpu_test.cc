@@ -1,15 +1,13 @@
 // The CUDA compute device's primitives one by one against host references: add_rmsnorm, rope,
 // swiglu, embed and gather_rows on shapes that take the 16-byte vector kernels (Llama's 4096 /
 // 11008 / head_dim 128, 128 rows) and shapes whose length, stride or offset forces the scalar
-// ones; the GEMM tuned (<= 256 tokens; cuBLASLt or, on Hopper, gemm_sm90), untuned (more), with
-// padded strides, fp32 output, repeatable bit for bit, and first met inside a stream capture; each
-// gemm_sm90 variant forced, and its refusals. Layer: tests (label gpu; skipped
+// ones; the cuBLASLt GEMM tuned (<= 256 tokens), untuned (more), with padded strides, fp32 output,
+// repeatable bit for bit, and first met inside a stream capture. Layer: tests (label gpu; skipped
 // with a message without a GPU).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,9 +16,7 @@
 
 #include "api/host_float.h"
 #include "compute.h"
-#include "gemm_sm90.h"
 #include "gqattn/attention.h"
-#include "gqattn/error.h"
 
 namespace gqattn::engine {
 namespace {
@@ -290,98 +286,6 @@ TEST_F(ComputeOps, GemmMatchesTheHostAndRepeatsBitForBit) {
       }
     }
   }
-}
-
-// The Hopper GEMM (gemm_sm90), both tile sizes, several k splits and x multicasts forced, against the
-// float64 host product: token counts on both sides of one consumer's 64 rows, m and k not
-// multiples of the tile or the 64-wide k block, padded rows, bf16 and fp32 outputs. The output
-// is poisoned (all ones bits: NaN) first; the padding must stay poisoned; a second run must give
-// the same bits.
-TEST_F(ComputeOps, GemmSm90VariantsMatchTheHost) {
-  if (!gemm_sm90::available(0)) GTEST_SKIP() << "the device is not sm_90 or the build lacks 90a: sm90 GEMM skipped";
-  auto stream = static_cast<cudaStream_t>(gpu_->stream());
-  for (const GemmCase& c : {GemmCase{1, 256, 64, DType::kBF16, 0, 0}, GemmCase{64, 264, 520, DType::kBF16, 8, 0},
-                            GemmCase{65, 512, 4096, DType::kBF16, 0, 0}, GemmCase{128, 4352, 1024, DType::kBF16, 0, 0},
-                            GemmCase{7, 136, 72, DType::kFP32, 0, 0}, GemmCase{128, 1000, 328, DType::kFP32, 8, 8},
-                            GemmCase{100, 384, 11008, DType::kBF16, 0, 0}}) {
-    DeviceMatrix x = matrix(DType::kBF16, c.n, c.k, c.k + c.pad, 1.f, c.offset);
-    DeviceMatrix w = matrix(DType::kBF16, c.m, c.k, c.k, 0.1f);
-    DeviceMatrix y = matrix(c.out, c.n, c.m, c.m + c.pad, 0.f);
-    const size_t y_bytes = size_t(c.n * (c.m + c.pad)) * dtype_size(c.out);
-    std::vector<double> want(size_t(c.n) * c.m), magnitude(size_t(c.n) * c.m);
-    for (int i = 0; i < c.n; ++i)
-      for (int o = 0; o < c.m; ++o)
-        for (int j = 0; j < c.k; ++j) {
-          const double p = double(bf16_to_float(x.bf16[size_t(i * (c.k + c.pad) + j)])) *
-                           bf16_to_float(w.bf16[size_t(o) * c.k + j]);
-          want[size_t(i) * c.m + o] += p;
-          magnitude[size_t(i) * c.m + o] += std::abs(p);
-        }
-    const int kblocks = (c.k + 63) / 64;
-    for (const gemm_sm90::Variant v :
-         {gemm_sm90::Variant{128, 1, 1}, gemm_sm90::Variant{256, 1, 1}, gemm_sm90::Variant{128, 2, 1},
-          gemm_sm90::Variant{256, 3, 1}, gemm_sm90::Variant{128, 8, 1}, gemm_sm90::Variant{256, 1, 2},
-          gemm_sm90::Variant{128, 3, 2}, gemm_sm90::Variant{256, 2, 4}, gemm_sm90::Variant{128, 1, 4}}) {
-      const int tile = v.tile_m, splits = v.splits;
-      if (splits > kblocks) continue;
-      SCOPED_TRACE(::testing::Message() << "n " << c.n << ", m " << c.m << ", k " << c.k << ", "
-                                        << dtype_name(c.out) << ", pad " << c.pad << ", tile " << tile << ", "
-                                        << splits << " splits, multicast " << v.mcast);
-      const auto run = [&] {
-        const std::vector<unsigned char> poison(y_bytes, 0xFF);
-        gpu_->upload(y.view.data, poison.data(), y_bytes);
-        gemm_sm90::launch(x.view, w.view, y.view, v, stream);
-        ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-      };
-      run();
-      std::vector<unsigned char> first(y_bytes), second(y_bytes);
-      gpu_->download(first.data(), y.view.data, y_bytes);
-      run();
-      gpu_->download(second.data(), y.view.data, y_bytes);
-      ASSERT_EQ(first, second) << "a second run differs";
-      for (int i = 0; i < c.n; ++i) {
-        for (int o = 0; o < c.m + c.pad; ++o) {
-          const size_t at = size_t(i * (c.m + c.pad) + o);
-          if (o >= c.m) {  // padding: untouched
-            for (size_t b = 0; b < dtype_size(c.out); ++b)
-              ASSERT_EQ(first[at * dtype_size(c.out) + b], 0xFF) << "padding of row " << i << " written";
-            continue;
-          }
-          double got = 0;
-          if (c.out == DType::kBF16) {
-            uint16_t bits = 0;
-            std::memcpy(&bits, first.data() + at * 2, 2);
-            got = bf16_to_float(bits);
-          } else {
-            float f = 0;
-            std::memcpy(&f, first.data() + at * 4, 4);
-            got = f;
-          }
-          const double expect = want[size_t(i) * c.m + o];
-          const double tol = (c.out == DType::kBF16 ? kBf16Rel * std::abs(expect) : 0) +
-                             1e-5 * magnitude[size_t(i) * c.m + o] + 1e-6;
-          ASSERT_NEAR(got, expect, tol) << "row " << i << " column " << o;
-        }
-      }
-    }
-  }
-}
-
-// A bad view is refused before anything runs.
-TEST_F(ComputeOps, GemmSm90RefusesViewsThatDoNotFit) {
-  if (!gemm_sm90::available(0)) GTEST_SKIP() << "the device is not sm_90 or the build lacks 90a: sm90 GEMM skipped";
-  DeviceMatrix x = matrix(DType::kBF16, 129, 64, 64, 1.f);
-  DeviceMatrix w = matrix(DType::kBF16, 128, 64, 64, 0.1f);
-  DeviceMatrix y = matrix(DType::kBF16, 129, 128, 128, 0.f);
-  auto stream = static_cast<cudaStream_t>(gpu_->stream());
-  EXPECT_FALSE(gemm_sm90::fits(x.view, w.view, y.view));  // 129 tokens
-  EXPECT_THROW(gemm_sm90::launch(x.view, w.view, y.view, {128, 1, 1}, stream), Error);
-  const TensorView x128 = slice_rows(x.view, 0, 128), y128 = slice_rows(y.view, 0, 128);
-  EXPECT_TRUE(gemm_sm90::fits(x128, w.view, y128));
-  EXPECT_THROW(gemm_sm90::launch(x128, w.view, y128, {192, 1, 1}, stream), Error);  // no such tile
-  EXPECT_THROW(gemm_sm90::launch(x128, w.view, y128, {128, 2, 1}, stream), Error);  // 2 splits of 1 k block
-  EXPECT_THROW(gemm_sm90::launch(x128, w.view, y128, {128, 1, 3}, stream), Error);  // no multicast of 3
-  EXPECT_THROW(gemm_sm90::launch(x128, w.view, y128, {128, 4, 4}, stream), Error);  // a cluster of 16
 }
 
 // A shape first met while the stream is being captured runs the heuristic's first algorithm in the
