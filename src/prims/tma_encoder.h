@@ -1,6 +1,6 @@
 // The driver's cuTensorMapEncodeTiled, reached through the runtime's entry-point query (no link
-// against libcuda), shared by every kernel that builds TMA tensor maps on the host (the Hopper
-// prefill, the engine's GEMM). Layer: src/prims (host only).
+// against libcuda), for every kernel that builds TMA tensor maps on the host (today the Hopper
+// prefill; wip/engine-gemm-sm90.patch uses it too). Layer: src/prims (host only).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and the encoder's types only
