@@ -1,6 +1,9 @@
-// Device-independent parts of compute.h: DeviceBuffer and tensor views.
+// Device-independent parts of compute.h: DeviceBuffer, the default (synchronous) download slots
+// and tensor views.
 // Layer: engine (host-only).
 #include "compute.h"
+
+#include <cstring>
 
 #include "gqattn/error.h"
 
@@ -22,6 +25,19 @@ void DeviceBuffer::reset() {
   if (data_ != nullptr && deleter_) deleter_(data_);
   data_ = nullptr;
   bytes_ = 0;
+}
+
+void Compute::download_start(int slot, const void* src, size_t bytes) {
+  GQ_CHECK(slot >= 0 && slot < kDownloadSlots, "download_start: slot ", slot, " outside [0, ", kDownloadSlots, ")");
+  std::vector<char>& host = host_slots_[slot];
+  host.resize(bytes);
+  download(host.data(), src, bytes);
+}
+
+void Compute::download_finish(int slot, void* dst, size_t bytes) {
+  GQ_CHECK(slot >= 0 && slot < kDownloadSlots && bytes <= host_slots_[slot].size(), "download_finish: slot ", slot,
+           " holds no ", bytes, " bytes");
+  std::memcpy(dst, host_slots_[slot].data(), bytes);
 }
 
 TensorView slice_rows(const TensorView& t, int64_t begin, int64_t end) {

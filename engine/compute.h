@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "gqattn/paged_kv.h"
 #include "gqattn/tensor.h"
@@ -61,6 +62,17 @@ class Compute {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   // Device -> host; waits for the stream.
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // Device -> device, ordered on the stream.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Device -> host without waiting for the stream: the copy is ordered after the work queued so
+  // far, into host buffer `slot` (0 .. kDownloadSlots - 1), and work queued after it may still run
+  // when download_finish(slot) returns its bytes. So the host can queue step n + 1 before it reads
+  // step n's tokens. Here (the CPU) the copy is done at once; CUDA copies into pinned memory and
+  // waits on an event.
+  static constexpr int kDownloadSlots = 4;
+  virtual void download_start(int slot, const void* src, size_t bytes);
+  // Waits for slot's copy (only) and copies its `bytes` to dst.
+  virtual void download_finish(int slot, void* dst, size_t bytes);
   virtual void synchronize() = 0;
   // Read bandwidth in GB/s from a streaming read of a buffer well past the caches (the decode
   // step's ceiling for the memory-traffic floor). Allocates and frees its buffer.
@@ -110,6 +122,9 @@ class Compute {
   }
   // CUDA graphs captured so far (a failed capture is reported on stderr and leaves steps eager).
   virtual int num_graphs() const { return 0; }
+
+ private:
+  std::vector<char> host_slots_[kDownloadSlots];  // download_start's buffers (this default)
 };
 
 std::unique_ptr<Compute> make_cpu_compute();

@@ -38,6 +38,7 @@ class CpuCompute final : public Compute {
   size_t free_bytes() const override { return std::numeric_limits<size_t>::max(); }
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void synchronize() override {}
 
   double measure_read_bandwidth_gbps() override {

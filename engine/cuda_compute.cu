@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -508,6 +509,10 @@ class CudaCompute final : public Compute {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : tune_events_)
       if (e != nullptr) cudaEventDestroy(e);
+    for (PinnedSlot& p : pinned_) {
+      if (p.done != nullptr) cudaEventDestroy(p.done);
+      if (p.data != nullptr) cudaFreeHost(p.data);
+    }
     l2_flush_.reset();
     l2_sink_.reset();
     cublas_workspace_.reset();
@@ -542,6 +547,34 @@ class CudaCompute final : public Compute {
   void download(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) GQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     synchronize();
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) GQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void download_start(int slot, const void* src, size_t bytes) override {
+    GQ_CHECK(slot >= 0 && slot < kDownloadSlots, "download_start: slot ", slot, " outside [0, ", kDownloadSlots, ")");
+    PinnedSlot& p = pinned_[slot];
+    if (p.bytes < bytes) {
+      // Grown only when a step samples more rows than any before it; the old copy may be in flight.
+      if (p.data != nullptr) {
+        GQ_CUDA_CHECK(cudaEventSynchronize(p.done));
+        GQ_CUDA_CHECK(cudaFreeHost(p.data));
+        p.data = nullptr;
+      }
+      GQ_CUDA_CHECK(cudaMallocHost(&p.data, bytes));
+      p.bytes = bytes;
+    }
+    if (p.done == nullptr) GQ_CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming));
+    if (bytes > 0) GQ_CUDA_CHECK(cudaMemcpyAsync(p.data, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    GQ_CUDA_CHECK(cudaEventRecord(p.done, stream_));
+    p.pending = bytes;
+  }
+  void download_finish(int slot, void* dst, size_t bytes) override {
+    GQ_CHECK(slot >= 0 && slot < kDownloadSlots && bytes <= pinned_[slot].pending, "download_finish: slot ", slot,
+             " holds no ", bytes, " bytes");
+    PinnedSlot& p = pinned_[slot];
+    GQ_CUDA_CHECK(cudaEventSynchronize(p.done));
+    if (bytes > 0) std::memcpy(dst, p.data, bytes);
   }
   void synchronize() override { GQ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
@@ -950,6 +983,14 @@ class CudaCompute final : public Compute {
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
+  // download_start's pinned host buffers, each with the event its copy records.
+  struct PinnedSlot {
+    void* data = nullptr;
+    size_t bytes = 0;
+    size_t pending = 0;  // bytes of the last copy started
+    cudaEvent_t done = nullptr;
+  };
+  PinnedSlot pinned_[kDownloadSlots];
 };
 
 }  // namespace

@@ -17,9 +17,11 @@ std::unique_ptr<Compute> make_compute(const std::string& device) {
 }
 
 Engine::Engine(const EngineConfig& config)
-    : Engine(std::make_unique<ModelRunner>(make_compute(config.device), config.runner), config.enable_prefix_caching) {}
+    : Engine(std::make_unique<ModelRunner>(make_compute(config.device), config.runner), config.enable_prefix_caching,
+             config.overlap_steps) {}
 
-Engine::Engine(std::unique_ptr<ModelRunner> runner, bool enable_prefix_caching) : runner_(std::move(runner)) {
+Engine::Engine(std::unique_ptr<ModelRunner> runner, bool enable_prefix_caching, bool overlap_steps)
+    : runner_(std::move(runner)), overlap_steps_(overlap_steps) {
   blocks_ = std::make_unique<BlockManager>(runner_->num_pages(), runner_->page_size());
   SchedulerConfig sc;
   sc.max_num_seqs = runner_->config().max_num_seqs;
@@ -53,25 +55,50 @@ int64_t Engine::add_request(const std::vector<int32_t>& prompt, const SamplingPa
   return id;
 }
 
+Engine::Queued Engine::queue_step(const ScheduledBatch& batch, bool one_ahead) {
+  Queued q;
+  q.batch = batch;
+  const ForwardBatch forward = make_forward_batch(batch, runner_->page_size(), one_ahead);
+  for (int32_t len : forward.kv_len) q.kv_tokens += len;
+  runner_->forward(forward, one_ahead);
+  q.greedy = true;
+  for (const Sequence* s : batch.sampling_sequences()) q.greedy = q.greedy && s->params.greedy();
+  // Started before anything else is queued: the next forward overwrites the tokens.
+  if (q.greedy) q.ticket = runner_->start_greedy_tokens();
+  return q;
+}
+
 StepStats Engine::step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepStats stats;
-  const ScheduledBatch batch = scheduler_->schedule();
-  stats.num_preempted = int(batch.preempted.size());
-  if (batch.empty()) {
-    GQ_CHECK(!scheduler_->has_unfinished(), "engine: requests are waiting but none can be scheduled");
-    return stats;
+  Queued current;
+  if (next_) {
+    current = std::move(*next_);
+    next_.reset();
+  } else {
+    const ScheduledBatch batch = scheduler_->schedule();
+    stats.num_preempted = int(batch.preempted.size());
+    if (batch.empty()) {
+      GQ_CHECK(!scheduler_->has_unfinished(), "engine: requests are waiting but none can be scheduled");
+      return stats;
+    }
+    current = queue_step(batch, false);
   }
-  const ForwardBatch forward = make_forward_batch(batch, runner_->page_size());
-  runner_->forward(forward);
+  // The next step, queued behind this one while the GPU runs it, when it is already known.
+  if (overlap_steps_) {
+    const ScheduledBatch ahead = scheduler_->schedule_ahead(current.batch);
+    if (!ahead.empty()) {
+      next_ = std::make_unique<Queued>(queue_step(ahead, true));
+      stats.queued_next = true;
+    }
+  }
   const auto t_launched = std::chrono::steady_clock::now();
 
+  const ScheduledBatch& batch = current.batch;
   const std::vector<Sequence*> samplers = batch.sampling_sequences();
-  bool all_greedy = true;
-  for (const Sequence* s : samplers) all_greedy = all_greedy && s->params.greedy();
   std::vector<int32_t> tokens;
-  if (all_greedy) {
-    tokens = runner_->greedy_tokens();
+  if (current.greedy) {
+    tokens = runner_->greedy_tokens(current.ticket);
   } else {
     const std::vector<float> logits = runner_->logits();
     const int vocab = runner_->model().vocab_size;
@@ -87,7 +114,7 @@ StepStats Engine::step() {
   for (const PrefillChunk& c : batch.prefills) stats.num_prefill_tokens += c.len;
   stats.num_sampled = int(tokens.size());
   stats.num_finished = int(finished.size());
-  for (int32_t len : forward.kv_len) stats.kv_tokens += len;
+  stats.kv_tokens = current.kv_tokens;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.launch_seconds = std::chrono::duration<double>(t_launched - t0).count();
   stats.wait_seconds = std::chrono::duration<double>(t_tokens - t_launched).count();

@@ -33,13 +33,15 @@ struct ModelRunner::Buffers {
       prefill_qo_indptr, prefill_kv_page_indptr, kv_page_indices;
 };
 
-ForwardBatch make_forward_batch(const ScheduledBatch& batch, int page_size) {
+ForwardBatch make_forward_batch(const ScheduledBatch& batch, int page_size, bool one_ahead) {
+  GQ_CHECK(!one_ahead || batch.prefills.empty(), "forward batch: only decodes can be formed a step ahead");
   ForwardBatch f;
   f.qo_indptr = {0};
   f.kv_page_indptr = {0};
   const auto add = [&](const Sequence* seq, int64_t start, int64_t len, bool sample) {
     for (int64_t t = start; t < start + len; ++t) {
-      f.token_ids.push_back(seq->tokens[size_t(t)]);
+      // A step ahead, the token is the one the step before samples (0 here: see forward()).
+      f.token_ids.push_back(one_ahead ? 0 : seq->tokens[size_t(t)]);
       f.positions.push_back(int32_t(t));
     }
     f.qo_indptr.push_back(int32_t(f.token_ids.size()));
@@ -52,7 +54,7 @@ ForwardBatch make_forward_batch(const ScheduledBatch& batch, int page_size) {
     f.kv_len.push_back(int32_t(kv_len));
     if (sample) f.sample_rows.push_back(int32_t(f.token_ids.size()) - 1);
   };
-  for (const Sequence* seq : batch.decodes) add(seq, seq->num_computed, 1, true);
+  for (const Sequence* seq : batch.decodes) add(seq, seq->num_computed + (one_ahead ? 1 : 0), 1, true);
   f.num_decode = int(batch.decodes.size());
   for (const PrefillChunk& c : batch.prefills) add(c.seq, c.start, c.len, c.start + c.len == c.seq->num_tokens());
   return f;
@@ -347,10 +349,19 @@ void ModelRunner::run_model(const AttentionMetadata& meta, int num_samples) {
   c.argmax(logits, slice_rows(B.tokens_out, 0, num_samples));
 }
 
-void ModelRunner::forward(const ForwardBatch& batch) {
+void ModelRunner::forward(const ForwardBatch& batch, bool tokens_from_last) {
+  GQ_CHECK(!tokens_from_last || (batch.num_decode == batch.batch() && batch.num_decode == last_num_samples_),
+           "forward: tokens from the last step need a decode-only batch of its ", last_num_samples_,
+           " sampled requests, got ", batch.num_decode, " decodes of ", batch.batch(), " requests");
+  // After the metadata's upload (which wrote placeholders there): the decodes' token ids.
+  const auto take_last_tokens = [&] {
+    if (tokens_from_last)
+      compute_->copy(buf_->token_ids.data, buf_->tokens_out.data, size_t(batch.num_decode) * sizeof(int32_t));
+  };
   const int bucket = batch.num_decode == batch.batch() ? graph_bucket(batch.batch()) : -1;
   if (bucket < 0) {
     const AttentionMetadata meta = upload_metadata(batch, false);
+    take_last_tokens();
     attention_->plan(meta);
     run_model(meta, int(batch.sample_rows.size()));
   } else {
@@ -367,6 +378,7 @@ void ModelRunner::forward(const ForwardBatch& batch) {
     }
     padded.num_decode = bucket;
     const AttentionMetadata meta = upload_metadata(padded, true);
+    take_last_tokens();
     attention_->plan(meta);
     const int key = bucket * AttentionBackend::kGraphVariants + attention_->graph_variant();
     compute_->run_graph(key, [&] { run_model(meta, bucket); });
@@ -380,9 +392,18 @@ std::vector<float> ModelRunner::logits() {
   return out;
 }
 
-std::vector<int32_t> ModelRunner::greedy_tokens() {
-  std::vector<int32_t> out(static_cast<size_t>(last_num_samples_));
-  compute_->download(out.data(), buf_->tokens_out.data, out.size() * sizeof(int32_t));
+int ModelRunner::start_greedy_tokens() {
+  const int ticket = next_ticket_;
+  next_ticket_ = (next_ticket_ + 1) % Compute::kDownloadSlots;
+  ticket_samples_[ticket] = last_num_samples_;
+  compute_->download_start(ticket, buf_->tokens_out.data, size_t(last_num_samples_) * sizeof(int32_t));
+  return ticket;
+}
+
+std::vector<int32_t> ModelRunner::greedy_tokens(int ticket) {
+  GQ_CHECK(ticket >= 0 && ticket < Compute::kDownloadSlots, "greedy_tokens: no ticket ", ticket);
+  std::vector<int32_t> out(static_cast<size_t>(ticket_samples_[ticket]));
+  compute_->download_finish(ticket, out.data(), out.size() * sizeof(int32_t));
   return out;
 }
 

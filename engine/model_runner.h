@@ -53,7 +53,10 @@ struct ForwardBatch {
 };
 
 // The forward batch of a scheduled step (the last token of each sampling request is sampled).
-ForwardBatch make_forward_batch(const ScheduledBatch& batch, int page_size);
+// one_ahead: the decode-only batch of the step after the one running now, formed before that
+// step's tokens are recorded (positions one further; token ids left 0 for forward() to take on
+// the device).
+ForwardBatch make_forward_batch(const ScheduledBatch& batch, int page_size, bool one_ahead = false);
 
 // Per step: embedding; per layer RMSNorm -> fused QKV GEMM -> RoPE -> attention backend
 // (append_kv + attention) -> O GEMM -> residual -> RMSNorm -> fused gate/up GEMM -> SwiGLU -> down
@@ -78,13 +81,21 @@ class ModelRunner {
   int64_t kv_pool_bytes() const { return int64_t(num_pages_) * page_bytes_; }
   int64_t weight_bytes() const { return weight_bytes_; }
 
-  // Runs one step: writes its tokens' K/V into their pages and computes the logits (and their
+  // Queues one step: writes its tokens' K/V into their pages and computes the logits (and their
   // argmax) of batch.sample_rows. Throws gqattn::Error when the batch exceeds the capacities.
-  void forward(const ForwardBatch& batch);
+  // tokens_from_last: a decode-only batch whose requests are, in order, the sample rows of the
+  // forward before it; each takes as its token that forward's argmax, copied on the device
+  // (batch.token_ids is not read), so step n + 1 can be queued before step n's tokens are known.
+  void forward(const ForwardBatch& batch, bool tokens_from_last = false);
   // [sample rows, vocab] of the last forward (copied to the host).
   std::vector<float> logits();
-  // The argmax of each sample row of the last forward.
-  std::vector<int32_t> greedy_tokens();
+  // Starts copying the argmax of each sample row of the last forward to the host, without
+  // waiting for it; greedy_tokens(ticket) waits for that copy only (a forward queued after it may
+  // still run). At most Compute::kDownloadSlots tickets are outstanding.
+  int start_greedy_tokens();
+  std::vector<int32_t> greedy_tokens(int ticket);
+  // The argmax of each sample row of the last forward (start and wait).
+  std::vector<int32_t> greedy_tokens() { return greedy_tokens(start_greedy_tokens()); }
 
  private:
   struct Layer;
@@ -108,6 +119,8 @@ class ModelRunner {
   int64_t page_bytes_ = 0;  // K + V of one page over all layers
   int64_t weight_bytes_ = 0;
   int last_num_samples_ = 0;
+  int next_ticket_ = 0;
+  int ticket_samples_[Compute::kDownloadSlots] = {};  // rows each download slot holds
 
   std::vector<DeviceBuffer> memory_;  // everything the views below point into
   TensorView embed_, final_norm_, lm_head_, inv_freq_;

@@ -117,6 +117,25 @@ ScheduledBatch Scheduler::schedule() {
   return batch;
 }
 
+ScheduledBatch Scheduler::schedule_ahead(const ScheduledBatch& current) {
+  ScheduledBatch next;
+  if (current.decodes.empty() || !current.prefills.empty() || !current.preempted.empty() || !waiting_.empty() ||
+      current.decodes != running_)
+    return next;
+  int needed = 0;
+  for (const Sequence* seq : current.decodes) {
+    const SamplingParams& p = seq->params;
+    const bool may_stop = !p.ignore_eos && p.eos_token_id >= 0;
+    // After current's token the request holds num_output() + 1 outputs; it finishes at max_new_tokens.
+    if (!p.greedy() || may_stop || seq->num_output() + 1 >= p.max_new_tokens || seq->num_pending() != 1) return next;
+    needed += std::max(0, blocks_.pages_for(seq->num_computed + 2) - int(seq->pages.size()));
+  }
+  if (!blocks_.can_allocate(needed)) return next;
+  for (Sequence* seq : current.decodes) blocks_.grow(*seq, seq->num_computed + 2);
+  next.decodes = current.decodes;
+  return next;
+}
+
 std::vector<Sequence*> Scheduler::postprocess(const ScheduledBatch& batch, const std::vector<int32_t>& sampled) {
   const std::vector<Sequence*> samplers = batch.sampling_sequences();
   GQ_CHECK(samplers.size() == sampled.size(), "scheduler: ", sampled.size(), " sampled tokens for ",

@@ -50,6 +50,14 @@ class Scheduler {
   // Queues a new request (status waiting) behind every request that arrived before it.
   void add(Sequence* seq);
   ScheduledBatch schedule();
+  // The batch schedule() will form after `current` (a step queued but not yet postprocessed),
+  // formed now so that the engine can queue it before current's tokens are known; empty when that
+  // batch depends on them or on anything else not yet known. Non-empty only when current is
+  // decode-only with every running request, no request waits, every request samples greedily
+  // (its token then comes from the device), none can finish at current's token (length or EOS),
+  // and the pool holds the pages every request needs for one more token, which are taken now.
+  // The batch equals schedule()'s: same decodes, same order, no preemption, no admission.
+  ScheduledBatch schedule_ahead(const ScheduledBatch& current);
   // Records a step's outcome: advances num_computed, appends the sampled tokens (one per
   // batch.sampling_sequences() entry), finishes requests that reached their length or EOS and
   // frees their pages. Returns the requests finished in this step.

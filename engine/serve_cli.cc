@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/cli_flags.h"
+#include "api/env_flag.h"
 #include "config.h"
 #include "engine.h"
 #include "gqattn/attention.h"
@@ -261,7 +262,8 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
                                                              : std::max(kDefaultBatchedTokens, rc.max_num_seqs);
   rc.max_model_len = opt.prompt_len + opt.output_len;
   std::fflush(stdout);
-  Engine engine(std::make_unique<ModelRunner>(std::move(compute), rc), opt.prefix_caching);
+  Engine engine(std::make_unique<ModelRunner>(std::move(compute), rc), opt.prefix_caching,
+                !env_flag("GQATTN_DISABLE_STEP_OVERLAP"));
   ModelRunner& runner = engine.runner();
   BenchResult r;
   r.pool_gib = double(runner.kv_pool_bytes()) / kGiB;
@@ -380,6 +382,7 @@ int generate(const Options& given) {
   ec.runner = rc;
   ec.device = device;
   ec.enable_prefix_caching = opt.prefix_caching;
+  ec.overlap_steps = !env_flag("GQATTN_DISABLE_STEP_OVERLAP");
   Engine engine(ec);
   SamplingParams params;
   params.max_new_tokens = opt.max_new_tokens;

@@ -72,11 +72,13 @@ struct BatchedRun {
   std::vector<std::vector<int32_t>> outputs;
   int64_t preemptions = 0;
   bool mixed_step = false;
+  int steps_queued_ahead = 0;  // steps whose successor was queued before their tokens were read
 };
 
 BatchedRun run_batched(const RunnerConfig& rc, const std::vector<std::vector<int32_t>>& prompts,
-                       const std::vector<SamplingParams>& params, bool prefix_caching = false) {
-  Engine engine(test::make_runner(rc), prefix_caching);
+                       const std::vector<SamplingParams>& params, bool prefix_caching = false,
+                       bool overlap_steps = true) {
+  Engine engine(test::make_runner(rc), prefix_caching, overlap_steps);
   std::vector<int64_t> ids;
   for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(engine.add_request(prompts[i], params[i]));
   BatchedRun r;
@@ -84,6 +86,7 @@ BatchedRun run_batched(const RunnerConfig& rc, const std::vector<std::vector<int
     const StepStats s = engine.step();
     r.preemptions += s.num_preempted;
     r.mixed_step = r.mixed_step || (s.num_decode > 0 && s.num_prefill > 0);
+    r.steps_queued_ahead += s.queued_next;
   }
   for (int64_t id : ids) r.outputs.push_back(engine.output(id));
   EXPECT_EQ(engine.blocks().num_free_pages(), engine.blocks().num_pages());
@@ -118,6 +121,36 @@ TEST(ContinuousBatching, GreedyTokensEqualRunningEachRequestAlone) {
     EXPECT_EQ(batched.outputs[i].size(), size_t(params[i].max_new_tokens));
     EXPECT_EQ(batched.outputs[i], alone[i]) << "request " << i;
   }
+}
+
+// Step n + 1 queued before step n's tokens are read (its tokens taken on the device) gives the
+// tokens of the serial loop, through preemptions, requests finishing at different steps and
+// pages running out; and it is never queued where it cannot be known (EOS, sampling).
+TEST(ContinuousBatching, OverlappedStepsGiveTheSerialTokens) {
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.max_num_batched_tokens = 16;
+  rc.num_pages = 16;
+  rc.max_num_seqs = 6;
+  const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
+  const auto params = greedy_params({20, 8, 25, 12, 30, 16});
+  const BatchedRun serial = run_batched(rc, prompts, params, false, false);
+  const BatchedRun overlapped = run_batched(rc, prompts, params, false, true);
+  EXPECT_EQ(serial.steps_queued_ahead, 0);
+  EXPECT_GT(overlapped.steps_queued_ahead, 10);
+  EXPECT_GT(overlapped.preemptions, 0);
+  EXPECT_EQ(overlapped.outputs, serial.outputs);
+  // Ample pages: every request decodes together until the shortest finishes.
+  RunnerConfig roomy = test::tiny_runner_config();
+  const BatchedRun a = run_batched(roomy, prompts, params, false, false);
+  const BatchedRun b = run_batched(roomy, prompts, params, false, true);
+  EXPECT_EQ(b.outputs, a.outputs);
+  EXPECT_GT(b.steps_queued_ahead, 20);
+  // A running request that may stop at EOS, or samples, makes each step wait for its tokens.
+  std::vector<SamplingParams> eos = params, sampled = params;
+  for (SamplingParams& p : eos) p.eos_token_id = 7;
+  for (SamplingParams& p : sampled) p.temperature = 0.8f;
+  EXPECT_EQ(run_batched(roomy, prompts, eos).steps_queued_ahead, 0);
+  EXPECT_EQ(run_batched(roomy, prompts, sampled).steps_queued_ahead, 0);
 }
 
 TEST(ContinuousBatching, PrefixCachingSharesPagesWithoutChangingTokens) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -22,15 +23,24 @@ struct DriveResult {
   bool mixed_step = false;       // a step with decodes and a partial prefill chunk
   std::vector<int64_t> admitted;  // admission order, re-admissions included
   int steps = 0;
+  int formed_ahead = 0;           // steps whose successor schedule_ahead formed
 };
 
 // Runs the scheduler to completion, checking invariants after every step.
 DriveResult drive(Scheduler& sched, BlockManager& bm, std::vector<std::unique_ptr<Sequence>>& seqs) {
   DriveResult run;
+  ScheduledBatch ahead;  // schedule_ahead's batch for this step, formed during the last one
   while (sched.has_unfinished()) {
     std::map<int64_t, SequenceStatus> before;
     for (const auto& s : seqs) before[s->id] = s->status;
+    const int free_before = bm.num_free_pages();
     const ScheduledBatch batch = sched.schedule();
+    if (!ahead.empty()) {
+      // schedule() forms what schedule_ahead did, needing no page it did not already take.
+      EXPECT_EQ(batch.decodes, ahead.decodes) << "step " << run.steps;
+      EXPECT_TRUE(batch.prefills.empty() && batch.preempted.empty()) << "step " << run.steps;
+      EXPECT_EQ(bm.num_free_pages(), free_before) << "step " << run.steps;
+    }
     EXPECT_FALSE(batch.empty()) << "no progress at step " << run.steps;
     if (batch.empty()) break;
     run.preemptions += int64_t(batch.preempted.size());
@@ -63,6 +73,8 @@ DriveResult drive(Scheduler& sched, BlockManager& bm, std::vector<std::unique_pt
 
     std::vector<int32_t> sampled;
     for (const Sequence* s : batch.sampling_sequences()) sampled.push_back(fake_token(s->id, s->num_output()));
+    ahead = sched.schedule_ahead(batch);  // as the engine does: before the step's tokens are recorded
+    run.formed_ahead += !ahead.empty();
     sched.postprocess(batch, sampled);
     ++run.steps;
   }
@@ -105,7 +117,59 @@ TEST(Scheduler, ChunkedPrefillMixesWithDecodes) {
   expect_complete(seqs);
   EXPECT_TRUE(run.mixed_step);
   EXPECT_EQ(run.preemptions, 0);
+  EXPECT_GT(run.formed_ahead, 0);
   EXPECT_EQ(bm.num_free_pages(), 64);
+}
+
+// schedule_ahead forms nothing that depends on the tokens of the step before: a request that may
+// stop at EOS, a sampling request, one that finishes at this token, a waiting request, a prefill
+// in the step, or too few pages for the next token.
+TEST(Scheduler, ScheduleAheadOnlyWhereTheNextBatchIsKnown) {
+  const auto decode_step = [](BlockManager& bm, Scheduler& sched, std::vector<std::unique_ptr<Sequence>>& seqs) {
+    for (auto& s : seqs) sched.add(s.get());
+    ScheduledBatch b = sched.schedule();  // the prefills
+    std::vector<int32_t> sampled;
+    for (const Sequence* s : b.sampling_sequences()) sampled.push_back(fake_token(s->id, s->num_output()));
+    EXPECT_TRUE(sched.schedule_ahead(b).empty());  // a prefill step
+    sched.postprocess(b, sampled);
+    (void)bm;
+    return sched.schedule();
+  };
+  const auto formed = [&](const std::function<void(Sequence&)>& tweak, int pages = 64) {
+    BlockManager bm(pages, 4);
+    Scheduler sched(SchedulerConfig{8, 64, false}, bm);
+    auto seqs = make_requests({{4, 5}, {3, 5}});
+    tweak(*seqs[1]);
+    const ScheduledBatch b = decode_step(bm, sched, seqs);
+    EXPECT_EQ(b.decodes.size(), 2u);
+    const int free_before = bm.num_free_pages();
+    const bool ok = !sched.schedule_ahead(b).empty();
+    if (!ok) {
+      EXPECT_EQ(bm.num_free_pages(), free_before);  // nothing taken
+    }
+    return ok;
+  };
+  EXPECT_TRUE(formed([](Sequence&) {}));
+  EXPECT_FALSE(formed([](Sequence& s) { s.params.eos_token_id = 3; }));
+  EXPECT_TRUE(formed([](Sequence& s) {
+    s.params.eos_token_id = 3;
+    s.params.ignore_eos = true;
+  }));
+  EXPECT_FALSE(formed([](Sequence& s) { s.params.temperature = 0.7f; }));
+  EXPECT_FALSE(formed([](Sequence& s) { s.params.max_new_tokens = 2; }));  // its 2nd token ends it
+  // Prompts of 4 and 3 tokens: the decode step holds 2 + 1 pages, and the token after it needs a
+  // second page for request 1 (3 + 2 tokens): formed with a 4th page in the pool, not with 3.
+  EXPECT_TRUE(formed([](Sequence&) {}, 4));
+  EXPECT_FALSE(formed([](Sequence&) {}, 3));
+  // A waiting request (admitted by schedule() after the step) makes it wait too.
+  BlockManager bm(64, 4);
+  Scheduler sched(SchedulerConfig{8, 64, false}, bm);
+  auto seqs = make_requests({{4, 5}, {3, 5}});
+  const ScheduledBatch b = decode_step(bm, sched, seqs);
+  auto late = make_requests({{2, 2}});
+  late[0]->id = 2;
+  sched.add(late[0].get());
+  EXPECT_TRUE(sched.schedule_ahead(b).empty());
 }
 
 TEST(Scheduler, PreemptsTheNewestWhenPagesRunOutAndResumesEveryRequest) {

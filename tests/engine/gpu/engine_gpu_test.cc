@@ -173,9 +173,11 @@ void run_128(int64_t num_pages, bool expect_preemption) {
   std::vector<int64_t> ids;
   for (const auto& prompt : prompts) ids.push_back(engine.add_request(prompt, p));
   int64_t preemptions = 0;
-  int steps = 0;
+  int steps = 0, queued_ahead = 0;
   while (engine.has_unfinished()) {
-    preemptions += engine.step().num_preempted;
+    const StepStats s = engine.step();
+    preemptions += s.num_preempted;
+    queued_ahead += s.queued_next;
     ++steps;
   }
   for (int64_t id : ids) {
@@ -188,7 +190,54 @@ void run_128(int64_t num_pages, bool expect_preemption) {
   if (expect_preemption) {
     EXPECT_GT(preemptions, 0);
   }
-  std::printf("%d steps, %lld preemptions\n", steps, static_cast<long long>(preemptions));
+  // Without preemption every decode step but the first and the last queues its successor.
+  if (!expect_preemption) {
+    EXPECT_GE(queued_ahead, 992 - 3);
+  }
+  std::printf("%d steps (%d queued a step ahead), %lld preemptions\n", steps, queued_ahead,
+              static_cast<long long>(preemptions));
+}
+
+// The GPU engine with step n + 1 queued before step n's tokens are read (tokens taken on the
+// device, CUDA graphs) gives bit for bit the tokens of its serial loop, through preemptions and
+// requests that finish at different steps.
+TEST(GpuEngine, OverlappedStepsGiveTheSerialTokens) {
+  GQ_REQUIRE_GPU();
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.num_pages = 40;  // 160 tokens for 6 requests of up to 90: preemptions
+  rc.max_num_batched_tokens = 32;
+  const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
+  std::vector<int> lengths = {40, 18, 55, 32, 60, 36};
+  const auto run = [&](bool overlap, int& queued, int64_t& preempted) {
+    Engine engine(test::make_runner(rc, "cuda"), false, overlap);
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams p;
+      p.max_new_tokens = lengths[i];
+      ids.push_back(engine.add_request(prompts[i], p));
+    }
+    while (engine.has_unfinished()) {
+      const StepStats s = engine.step();
+      queued += s.queued_next;
+      preempted += s.num_preempted;
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) out.push_back(engine.output(id));
+    EXPECT_EQ(engine.blocks().num_free_pages(), engine.blocks().num_pages());
+    return out;
+  };
+  int queued_serial = 0, queued = 0;
+  int64_t preempted_serial = 0, preempted = 0;
+  const auto serial = run(false, queued_serial, preempted_serial);
+  const auto overlapped = run(true, queued, preempted);
+  EXPECT_EQ(queued_serial, 0);
+  EXPECT_GT(queued, 20);
+  EXPECT_GT(preempted, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(overlapped[i].size(), size_t(lengths[i]));
+    EXPECT_EQ(overlapped[i], serial[i]) << "request " << i;
+  }
+  std::printf("%d steps queued a step ahead, %lld preemptions\n", queued, static_cast<long long>(preempted));
 }
 
 TEST(GpuEngine, HundredTwentyEightRequestsFinishWithEveryToken) {
