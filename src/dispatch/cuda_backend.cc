@@ -23,8 +23,9 @@ constexpr size_t kAlign = 256;
 constexpr size_t kMaxWorkItems = size_t(1) << 17;
 constexpr size_t kMaxRequests = size_t(1) << 16;
 // A split-KV chunk never holds fewer keys than this: below it the partial write and the merge
-// cost more than the parallelism gains (docs/perf-notes.md, "split-KV").
-constexpr int kMinChunkKeys = 256;
+// cost more than the parallelism gains (docs/perf-notes.md, "split-KV"; 256 until session 9,
+// when the online split merge made 128-key chunks pay: items 37, 38).
+constexpr int kMinChunkKeys = 128;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -154,6 +155,7 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
     m.head_dim = plan.head_dim;
     m.group = p.group;
     m.total_qo = static_cast<int>(plan.total_qo);
+    m.max_splits = plan.max_splits;
     kernels::launch_split_merge(plan.dtype, m, stream);
   }
 }

@@ -51,6 +51,7 @@ struct SplitMergeParams {
   int head_dim = 0;
   FastDivmod group;
   int total_qo = 0;
+  int max_splits = 0;  // the plan's most chunks of one request (host side): picks the block width
 };
 
 template <DType kDType, int HeadDim, Family F>

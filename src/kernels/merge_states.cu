@@ -18,15 +18,40 @@ __device__ __forceinline__ T* typed(void* p) {
   return static_cast<T*>(p);
 }
 
+// Block widths of the split merge: rows of many chunks get the wide blocks (more chunk lanes),
+// plans of few chunks a row the narrow ones (session 9: 256-thread blocks on every plan cost
+// MQA batch 32-128, 2-8 chunks a row, 4-10%).
 constexpr int kSplitMergeThreads = 128;
+constexpr int kSplitMergeWideThreads = 256;
+constexpr int kSplitMergeWideFrom = 32;  // chunks of one request
+// Chunks each thread has in flight: with 8 chunk lanes at head_dim 128, a wide block keeps 64
+// chunks' loads outstanding, so a row of a few hundred chunks takes a few L2 round trips.
+constexpr int kSplitMergeUnroll = 8;
+
+// Folds lane state (m2, d2, acc2) into (m, d, acc): both normalised to the larger max.
+__device__ __forceinline__ void combine_partial(prims::MergeState& st, float4& acc, const prims::MergeState& other,
+                                                const float4& other_acc) {
+  const float m_new = fmaxf(st.m, other.m);
+  if (m_new == prims::kNegInf) return;
+  const float a = prims::rescale_factor(st.m, m_new), b = prims::rescale_factor(other.m, m_new);
+  acc.x = acc.x * a + other_acc.x * b;
+  acc.y = acc.y * a + other_acc.y * b;
+  acc.z = acc.z * a + other_acc.z * b;
+  acc.w = acc.w * a + other_acc.w * b;
+  st.combine(other);
+}
 
 // One block per (query token, query head): finds the token's request, and if that request was
 // split, merges its chunks' partial rows into o / lse. Thread t takes float4 column group
-// t % (head_dim / 4) of chunks t / (head_dim / 4), t / (head_dim / 4) + lanes, ... so a block has
-// many independent chunk loads in flight (ncu on the H200: one warp per row spent 30 us merging
-// 32 chunks for batch 1, the attention itself 38 us).
-template <typename T>
-__global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const SplitMergeParams p) {
+// t % (head_dim / 4) of chunks t / (head_dim / 4), t / (head_dim / 4) + lanes, ..., merging them
+// online (its own max, sum and weighted sum: each chunk's LSE and O row load together, no pass
+// over the LSEs first), so a block has lanes x kSplitMergeUnroll chunk loads in flight; the
+// lanes' states are then combined through shared memory. kThreads: kSplitMergeThreads or, for
+// plans of many chunks a row, kSplitMergeWideThreads. (ncu on the H200, session 1: one warp
+// per row spent 30 us merging 32 chunks; session 9: a two-pass merge with 4 lanes cost ~45 ns a
+// chunk a row, MQA batch 1 x 32K in 128-key chunks 0.80x of 256-key ones.)
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
   // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here.
   if (p.header->max_splits <= 1) return;
   const int token = blockIdx.x / p.num_qo_heads;
@@ -44,45 +69,50 @@ __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const S
   const int64_t packed = static_cast<int64_t>(token - req.qo_begin) * group + head % group;
   const int64_t first = req.partial_base + static_cast<int64_t>(head / group) * req.num_chunks * rows + packed;
 
-  // Pass 1 (each warp, redundantly): the merged max and sum. Pass 2: the weighted sum.
-  const prims::MergeState state = prims::warp_merge_lse(p.partial_lse + first, rows, req.num_chunks, 1.f);
   const int col_groups = p.head_dim / 4;
-  const int lanes = kSplitMergeThreads / col_groups;
+  const int lanes = kThreads / col_groups;
   const int cg = threadIdx.x % col_groups;
   const int cl = threadIdx.x / col_groups;
+  prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
+#pragma unroll kSplitMergeUnroll
   for (int c = cl; c < req.num_chunks; c += lanes) {
     const int64_t prow = first + c * rows;
-    // Every chunk wrote its partial row, so the O load is issued before the weight is known (no
-    // load-to-load dependency); an empty chunk (weight 0) adds nothing.
     const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
-    const float w = prims::merge_weight(state, p.partial_lse[prow]);
-    if (w == 0.f) continue;
+    float scale, w;
+    st.add(p.partial_lse[prow], scale, w);
+    acc.x *= scale;
+    acc.y *= scale;
+    acc.z *= scale;
+    acc.w *= scale;
+    if (w == 0.f) continue;  // an empty chunk (its O row is not read into the sum)
     acc.x += w * o.x;
     acc.y += w * o.y;
     acc.z += w * o.z;
     acc.w += w * o.w;
   }
-  __shared__ float4 partial[kSplitMergeThreads];
-  partial[threadIdx.x] = acc;
+  __shared__ float4 lane_acc[kThreads];
+  __shared__ float lane_m[kThreads], lane_d[kThreads];
+  lane_acc[threadIdx.x] = acc;
+  lane_m[threadIdx.x] = st.m;
+  lane_d[threadIdx.x] = st.d;
   __syncthreads();
   if (cl != 0) return;
   for (int l = 1; l < lanes; ++l) {
-    const float4 o = partial[l * col_groups + cg];
-    acc.x += o.x;
-    acc.y += o.y;
-    acc.z += o.z;
-    acc.w += o.w;
+    const int t = l * col_groups + cg;
+    prims::MergeState other;
+    other.m = lane_m[t];
+    other.d = lane_d[t];
+    combine_partial(st, acc, other, lane_acc[t]);
   }
-  const float inv = state.inv_sum();
+  const float inv = st.inv_sum();
   T* out = typed<T>(p.o) + token * p.o_stride_n + head * p.o_stride_h + cg * 4;
   out[0] = prims::from_float<T>(acc.x * inv);
   out[1] = prims::from_float<T>(acc.y * inv);
   out[2] = prims::from_float<T>(acc.z * inv);
   out[3] = prims::from_float<T>(acc.w * inv);
   if (p.lse != nullptr && threadIdx.x == 0)
-    p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = state.lse2() * prims::kLn2;
+    p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = st.lse2() * prims::kLn2;
 }
 
 template <typename TIn, typename TOut>
@@ -119,6 +149,15 @@ void launch_merge_states_from(const MergeStatesParams& p, dim3 grid, dim3 block,
   }
 }
 
+template <int kThreads>
+void launch_split_merge_width(DType dtype, const SplitMergeParams& params, dim3 grid, cudaStream_t s) {
+  if (dtype == DType::kBF16) {
+    split_merge_kernel<__nv_bfloat16, kThreads><<<grid, kThreads, 0, s>>>(params);
+  } else {
+    split_merge_kernel<__half, kThreads><<<grid, kThreads, 0, s>>>(params);
+  }
+}
+
 }  // namespace
 
 void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream) {
@@ -127,12 +166,12 @@ void launch_split_merge(DType dtype, const SplitMergeParams& params, void* strea
   GQ_CHECK(params.head_dim % 4 == 0 && kSplitMergeThreads % (params.head_dim / 4) == 0,
            "split merge: head_dim ", params.head_dim, " must be a multiple of 4 dividing ", 4 * kSplitMergeThreads);
   const dim3 grid(static_cast<unsigned>(rows));
-  const dim3 block(kSplitMergeThreads);
   auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == DType::kBF16) {
-    split_merge_kernel<__nv_bfloat16><<<grid, block, 0, s>>>(params);
+  // A graph replays the width it captured: correct for any plan, tuned for the captured one's.
+  if (params.max_splits >= kSplitMergeWideFrom) {
+    launch_split_merge_width<kSplitMergeWideThreads>(dtype, params, grid, s);
   } else {
-    split_merge_kernel<__half><<<grid, block, 0, s>>>(params);
+    launch_split_merge_width<kSplitMergeThreads>(dtype, params, grid, s);
   }
   GQ_CUDA_CHECK(cudaGetLastError());
 }
