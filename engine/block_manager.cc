@@ -54,12 +54,12 @@ void BlockManager::release(const std::vector<int32_t>& pages) {
 }
 
 bool BlockManager::can_grow(const Sequence& seq, int64_t tokens) const {
-  return can_allocate(std::max(0, pages_for(tokens) - int(seq.pages.size())));
+  return can_allocate(missing_pages(seq, tokens));
 }
 
 void BlockManager::grow(Sequence& seq, int64_t tokens) {
-  const int missing = pages_for(tokens) - int(seq.pages.size());
-  if (missing <= 0) return;
+  const int missing = missing_pages(seq, tokens);
+  if (missing == 0) return;
   const std::vector<int32_t> fresh = allocate(missing);
   seq.pages.insert(seq.pages.end(), fresh.begin(), fresh.end());
 }

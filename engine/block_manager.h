@@ -3,6 +3,7 @@
 // by content. Layer: engine (host-only). One page id addresses the same slot in every layer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -35,6 +36,10 @@ class BlockManager {
   void release(const std::vector<int32_t>& pages);
 
   // ---- sequences ----
+  // Pages `seq` lacks to hold `tokens` tokens (0 when it holds them already).
+  int missing_pages(const Sequence& seq, int64_t tokens) const {
+    return std::max(0, pages_for(tokens) - int(seq.pages.size()));
+  }
   // True when `seq` can hold `tokens` tokens after allocating the missing pages.
   bool can_grow(const Sequence& seq, int64_t tokens) const;
   // Appends pages to seq.pages until it holds `tokens` tokens. Throws when the pool is short.

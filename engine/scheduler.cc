@@ -128,7 +128,7 @@ ScheduledBatch Scheduler::schedule_ahead(const ScheduledBatch& current) {
     const bool may_stop = !p.ignore_eos && p.eos_token_id >= 0;
     // After current's token the request holds num_output() + 1 outputs; it finishes at max_new_tokens.
     if (!p.greedy() || may_stop || seq->num_output() + 1 >= p.max_new_tokens || seq->num_pending() != 1) return next;
-    needed += std::max(0, blocks_.pages_for(seq->num_computed + 2) - int(seq->pages.size()));
+    needed += blocks_.missing_pages(*seq, seq->num_computed + 2);
   }
   if (!blocks_.can_allocate(needed)) return next;
   for (Sequence* seq : current.decodes) blocks_.grow(*seq, seq->num_computed + 2);
