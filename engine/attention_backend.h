@@ -60,18 +60,18 @@ struct AttentionContext {
 };
 
 // A backend plans once per step (host work, from the step's metadata) and runs once per layer:
-// it writes the step's new K/V into the layer's pages and computes the attention output.
+// it computes the attention output over the layer's pages, which already hold the step's new K/V
+// (the model runner writes them with RoPE: Compute::rope_store_kv).
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual std::string name() const = 0;
   // Once per step, before the layers: plans from the host vectors (async uploads on the stream).
   virtual void plan(const AttentionMetadata& meta) = 0;
-  // Once per layer: writes k, v ([num_tokens, num_kv_heads, head_dim], strided rows allowed) at
-  // the tokens' slots of `cache`, then o[num_tokens, num_qo_heads, head_dim] = attention of q
-  // (same layout as k) over each request's K/V, causal. Allocates nothing, never synchronises.
-  virtual void forward(const LayerCache& cache, const TensorView& q, const TensorView& k, const TensorView& v,
-                       const TensorView& o, const AttentionMetadata& meta) = 0;
+  // Once per layer: o[num_tokens, num_qo_heads, head_dim] = attention of q (same layout, strided
+  // rows allowed) over each request's K/V in `cache`, causal. Allocates nothing, never synchronises.
+  virtual void forward(const LayerCache& cache, const TensorView& q, const TensorView& o,
+                       const AttentionMetadata& meta) = 0;
   // After plan() of a graph step: which of the backend's graph shapes the step needs (steps whose
   // plans launch different kernels replay different CUDA graphs), from 0 to kGraphVariants - 1.
   static constexpr int kGraphVariants = 2;

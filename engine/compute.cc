@@ -1,10 +1,11 @@
-// Device-independent parts of compute.h: DeviceBuffer, the default (synchronous) download slots
-// and tensor views.
+// Device-independent parts of compute.h: DeviceBuffer, the default (synchronous) download slots,
+// the default (unfused) rope_store_kv and tensor views.
 // Layer: engine (host-only).
 #include "compute.h"
 
 #include <cstring>
 
+#include "gqattn/attention.h"
 #include "gqattn/error.h"
 
 namespace gqattn::engine {
@@ -25,6 +26,12 @@ void DeviceBuffer::reset() {
   if (data_ != nullptr && deleter_) deleter_(data_);
   data_ = nullptr;
   bytes_ = 0;
+}
+
+void Compute::rope_store_kv(const TensorView& q, const TensorView& k, const TensorView& positions,
+                            const TensorView& inv_freq, const KVStore& store) {
+  rope(q, k, positions, inv_freq);
+  append_kv(store.kv, k, store.v, store.batch_indices, positions, stream());
 }
 
 void Compute::download_start(int slot, const void* src, size_t bytes) {

@@ -102,6 +102,16 @@ class Compute {
   // positions int32 [n]; inv_freq fp32 [head_dim / 2].
   virtual void rope(const TensorView& q, const TensorView& k, const TensorView& positions,
                     const TensorView& inv_freq) = 0;
+  // rope(), then the step's new K/V written at the tokens' slots of store.kv (gqattn::append_kv:
+  // k rotated, v as given; tokens beyond their request's pages skipped). This default makes the
+  // two calls; CUDA fuses them into one kernel (GQATTN_DISABLE_ENGINE_ROPE_STORE=1: the two calls).
+  struct KVStore {
+    PagedKV kv;                // the layer's pools and the step's page table (CSR)
+    TensorView v;              // [n, num_kv_heads, head_dim], k's dtype
+    TensorView batch_indices;  // int32 [n]: each token's request
+  };
+  virtual void rope_store_kv(const TensorView& q, const TensorView& k, const TensorView& positions,
+                             const TensorView& inv_freq, const KVStore& store);
   // out[n, f] = silu(gate_up[n, f]) * gate_up[n, F + f], F = out's width. act.
   virtual void swiglu(const TensorView& gate_up, const TensorView& out) = 0;
   // out[r, :] = x[rows[r], :]. rows int32 [m]; x, out of one dtype.

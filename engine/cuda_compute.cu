@@ -20,6 +20,7 @@
 #include "compute.h"
 #include "api/env_flag.h"
 #include "kernels/launch.h"
+#include "kernels/paged_slot.cuh"
 #include "gqattn/error.h"
 #include "prims/cuda_check.h"
 #include "random.h"
@@ -267,22 +268,53 @@ __global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t
   }
 }
 
+// Where rope_vec_kernel also stores the step's K/V (Compute::rope_store_kv): null k_pages, no store.
+struct RopeStore {
+  uint16_t* k_pages = nullptr;
+  uint16_t* v_pages = nullptr;
+  int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  const int32_t* kv_page_indptr = nullptr;
+  const int32_t* kv_page_indices = nullptr;
+  const int32_t* batch_indices = nullptr;
+  const uint16_t* v = nullptr;
+  int64_t v_stride = 0;  // v's row stride (its heads are packed)
+  FastDivmod page;
+};
+
 // rope_kernel with 16-byte accesses (head_dim % 16 == 0, rows and inv_freq 16-byte aligned): one
 // thread per (token, head, group of 8 rotary pairs) over a flat grid of total < 2^31 items; it
-// loads x[j..j+7] and x[j+half..j+half+7] and rotates them with the scalar kernel's math.
+// loads x[j..j+7] and x[j+half..j+half+7] and rotates them with the scalar kernel's math. With a
+// store, the heads run on past q's and k's over v's: a k thread also writes its rotated halves at
+// the token's slot, a v thread copies its halves there (one kernel instead of rope + append_kv).
 __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
                                 int k_heads, int head_dim, const int32_t* positions, const float* inv_freq,
-                                int total) {
+                                int total, const RopeStore store) {
   const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
   if (flat >= unsigned(total)) return;
   const int idx = int(flat);
   const int half = head_dim / 2;
   const int groups = half / kVecElems;
-  const int per_token = (q_heads + k_heads) * groups;
+  const int v_heads = store.k_pages != nullptr ? k_heads : 0;
+  const int per_token = (q_heads + k_heads + v_heads) * groups;
   const int i = idx / per_token;
   const int rest = idx - i * per_token;
   const int h = rest / groups;
   const int j = (rest - h * groups) * kVecElems;
+  // The token's slot in the pools (k and v heads of a store only).
+  int64_t slot = -1;
+  if (h >= q_heads && v_heads > 0) {
+    slot = kernels::paged_slot(store.kv_page_indptr, store.kv_page_indices, __ldg(store.batch_indices + i),
+                               __ldg(positions + i), store.page, store.page_stride, store.token_stride);
+  }
+  if (h >= q_heads + k_heads) {  // v: copied, not rotated
+    if (slot < 0) return;
+    const int hv = h - q_heads - k_heads;
+    const uint16_t* src = store.v + int64_t(i) * store.v_stride + int64_t(hv) * head_dim;
+    uint16_t* dst = store.v_pages + slot + int64_t(hv) * store.head_stride;
+    *reinterpret_cast<uint4*>(dst + j) = *reinterpret_cast<const uint4*>(src + j);
+    *reinterpret_cast<uint4*>(dst + j + half) = *reinterpret_cast<const uint4*>(src + j + half);
+    return;
+  }
   uint16_t* x = h < q_heads ? q + int64_t(i) * q_stride + int64_t(h) * head_dim
                             : k + int64_t(i) * k_stride + int64_t(h - q_heads) * head_dim;
   const float pos = static_cast<float>(__ldg(positions + i));
@@ -301,8 +333,14 @@ __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint
     y1[e] = x1[e] * c - x2[e] * s;
     y2[e] = x2[e] * c + x1[e] * s;
   }
-  *first = pack_bf16x8(y1);
-  *second = pack_bf16x8(y2);
+  const uint4 out1 = pack_bf16x8(y1), out2 = pack_bf16x8(y2);
+  *first = out1;
+  *second = out2;
+  if (slot >= 0) {  // a k head of a store
+    uint16_t* dst = store.k_pages + slot + int64_t(h - q_heads) * store.head_stride;
+    *reinterpret_cast<uint4*>(dst + j) = out1;
+    *reinterpret_cast<uint4*>(dst + j + half) = out2;
+  }
 }
 
 // The scalar path: any f and alignment.
@@ -503,6 +541,7 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
+    rope_store_disabled_ = env_flag("GQATTN_DISABLE_ENGINE_ROPE_STORE");
   }
   ~CudaCompute() override {
     cudaStreamSynchronize(stream_);
@@ -686,6 +725,31 @@ class CudaCompute final : public Compute {
   }
 
   void rope(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq) override {
+    launch_rope(q, k, positions, inv_freq, nullptr);
+  }
+  void rope_store_kv(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq,
+                     const KVStore& store) override {
+    const PagedKV& kv = store.kv;
+    const TensorView& v = store.v;
+    // The fused kernel takes what the engine passes: bf16, heads packed, 16-byte rows, and pools
+    // whose strides keep 16-byte alignment; anything else (or the A/B switch) makes the two calls.
+    const bool fusable =
+        !rope_store_disabled_ && kv.k_pages.dtype == DType::kBF16 && kv.v_pages.dtype == DType::kBF16 &&
+        v.dtype == DType::kBF16 && v.ndim == 3 && k.ndim == 3 && v.shape[0] == k.shape[0] &&
+        v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] && v.strides[1] == v.shape[2] &&
+        kv.num_kv_heads() == k.shape[1] && kv.head_dim() == k.shape[2] && std::equal(kv.k_pages.strides, kv.k_pages.strides + 4, kv.v_pages.strides) &&
+        kv.k_pages.strides[3] == 1 &&
+        rows_aligned16(v.data, v.strides[0], sizeof(uint16_t)) && aligned16(kv.k_pages.data) &&
+        aligned16(kv.v_pages.data) && (kv.token_stride() * 2) % kVecBytes == 0 && (kv.head_stride() * 2) % kVecBytes == 0 &&
+        (kv.page_stride() * 2) % kVecBytes == 0;
+    if (!fusable || !launch_rope(q, k, positions, inv_freq, &store)) Compute::rope_store_kv(q, k, positions, inv_freq, store);
+  }
+
+ private:
+  // rope on the vector path (with the K/V store when given), else the scalar path; with a store,
+  // returns false (nothing launched) where the vector path does not apply.
+  bool launch_rope(const TensorView& q, const TensorView& k, const TensorView& positions, const TensorView& inv_freq,
+                   const KVStore* store) {
     check_bf16(q, "rope q");
     check_bf16(k, "rope k");
     GQ_CHECK(q.strides[1] == q.shape[2] && k.strides[1] == k.shape[2], "rope: heads must be packed rows");
@@ -693,22 +757,42 @@ class CudaCompute final : public Compute {
                  inv_freq.shape[0] == q.shape[2] / 2,
              "rope: q ", q.describe(), ", k ", k.describe(), ", inv_freq ", inv_freq.describe());
     const int n = int(q.shape[0]), q_heads = int(q.shape[1]), k_heads = int(k.shape[1]), head_dim = int(q.shape[2]);
-    if (n == 0) return;
-    const int64_t total = int64_t(n) * (q_heads + k_heads) * (head_dim / (2 * kVecElems));
+    const int v_heads = store != nullptr ? k_heads : 0;
+    const int64_t total = int64_t(n) * (q_heads + k_heads + v_heads) * (head_dim / (2 * kVecElems));
     const bool vec = head_dim % (2 * kVecElems) == 0 && rows_aligned16(q.data, q.strides[0], sizeof(uint16_t)) &&
                      rows_aligned16(k.data, k.strides[0], sizeof(uint16_t)) && aligned16(inv_freq.data) &&
                      total <= INT32_MAX;
+    if (store != nullptr && !vec) return false;
+    if (n == 0) return true;
     if (vec) {
+      RopeStore s;
+      if (store != nullptr) {
+        const PagedKV& kv = store->kv;
+        s.k_pages = kv.k_pages.ptr<uint16_t>();
+        s.v_pages = kv.v_pages.ptr<uint16_t>();
+        s.page_stride = kv.page_stride();
+        s.token_stride = kv.token_stride();
+        s.head_stride = kv.head_stride();
+        s.kv_page_indptr = kv.kv_page_indptr.ptr<const int32_t>();
+        s.kv_page_indices = kv.kv_page_indices.ptr<const int32_t>();
+        s.batch_indices = store->batch_indices.ptr<const int32_t>();
+        s.v = store->v.ptr<const uint16_t>();
+        s.v_stride = store->v.strides[0];
+        s.page = FastDivmod(uint32_t(kv.page_size()));
+      }
       rope_vec_kernel<<<unsigned(ceil_div(total, kRopeThreads)), kRopeThreads, 0, stream_>>>(
           q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
-          positions.ptr<int32_t>(), inv_freq.ptr<float>(), int(total));
+          positions.ptr<int32_t>(), inv_freq.ptr<float>(), int(total), s);
     } else {
       rope_kernel<<<n, kThreads, 0, stream_>>>(q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(),
                                                k.strides[0], k_heads, head_dim, positions.ptr<int32_t>(),
                                                inv_freq.ptr<float>());
     }
     GQ_CUDA_CHECK(cudaGetLastError());
+    return true;
   }
+
+ public:
 
   void swiglu(const TensorView& gate_up, const TensorView& out) override {
     check_bf16(gate_up, "swiglu input");
@@ -981,6 +1065,7 @@ class CudaCompute final : public Compute {
   DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
+  bool rope_store_disabled_ = false;  // GQATTN_DISABLE_ENGINE_ROPE_STORE: rope, then append_kv
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
   // download_start's pinned host buffers, each with the event its copy records.

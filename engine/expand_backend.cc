@@ -42,9 +42,8 @@ class ExpandBackend final : public AttentionBackend {
     step_.plan(meta);
   }
   int graph_variant() const override { return step_.graph_variant(); }
-  void forward(const LayerCache& cache, const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& o, const AttentionMetadata& meta) override {
-    append_step_kv(compute_, cache, k, v, meta);
+  void forward(const LayerCache& cache, const TensorView& q, const TensorView& o,
+               const AttentionMetadata& meta) override {
     compute_.expand_kv_pages(step_kv(cache, meta), meta.batch(), k_scratch_, v_scratch_);
     step_.run(q, o, k_scratch_, v_scratch_, identity_, meta);
   }

@@ -1,5 +1,4 @@
-// The "gqattn" attention backend: new K/V written with append_kv, attention read straight from
-// the grouped-query pages by gqattn's decode and prefill kernels (each K/V page loaded once per
+// The "gqattn" attention backend: attention read straight from the grouped-query pages by gqattn's decode and prefill kernels (each K/V page loaded once per
 // group). Layer: engine (host-only).
 #include "attention_backend.h"
 #include "step_attention.h"
@@ -11,19 +10,17 @@ namespace {
 class GqattnBackend final : public AttentionBackend {
  public:
   explicit GqattnBackend(const AttentionContext& c)
-      : compute_(*c.compute), step_(*c.compute, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size) {}
+      : step_(*c.compute, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size) {}
 
   std::string name() const override { return "gqattn"; }
   void plan(const AttentionMetadata& meta) override { step_.plan(meta); }
   int graph_variant() const override { return step_.graph_variant(); }
-  void forward(const LayerCache& cache, const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& o, const AttentionMetadata& meta) override {
-    append_step_kv(compute_, cache, k, v, meta);
+  void forward(const LayerCache& cache, const TensorView& q, const TensorView& o,
+               const AttentionMetadata& meta) override {
     step_.run(q, o, cache.k_pages, cache.v_pages, meta.kv_page_indices_d, meta);
   }
 
  private:
-  Compute& compute_;
   StepAttention step_;
 };
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "gqattn/error.h"
+#include "step_attention.h"
 
 namespace gqattn::engine {
 
@@ -332,8 +333,8 @@ void ModelRunner::run_model(const AttentionMetadata& meta, int num_samples) {
     const Layer& L = *layer;
     c.add_rmsnorm(residual, pending, L.input_norm, eps, normed);
     c.gemm(normed, L.wqkv, qkv);
-    c.rope(q, k, meta.positions_d, inv_freq_);
-    attention_->forward(L.cache, q, k, v, o, meta);
+    c.rope_store_kv(q, k, meta.positions_d, inv_freq_, Compute::KVStore{step_kv(L.cache, meta), v, meta.batch_indices_d});
+    attention_->forward(L.cache, q, o, meta);
     c.gemm(attn, L.wo, delta);
     c.add_rmsnorm(residual, delta, L.post_norm, eps, normed);
     c.gemm(normed, L.wgate_up, gate_up);

@@ -95,9 +95,4 @@ PagedKV step_kv(const LayerCache& cache, const AttentionMetadata& meta) {
   return kv;
 }
 
-void append_step_kv(Compute& compute, const LayerCache& cache, const TensorView& k, const TensorView& v,
-                    const AttentionMetadata& meta) {
-  append_kv(step_kv(cache, meta), k, v, meta.batch_indices_d, meta.positions_d, compute.stream());
-}
-
 }  // namespace gqattn::engine

@@ -1,7 +1,7 @@
 // One step's attention through gqattn's plan/run API, shared by the built-in backends: a decode
 // plan for the decode requests and a prefill plan (causal, paged) for the prefill chunks, each in
-// its own workspace, made once per step and run once per layer; and the append_kv call that
-// writes a layer's new K/V. Layer: engine (host-only).
+// its own workspace, made once per step and run once per layer; and the step's page table over a
+// layer's pools. Layer: engine (host-only).
 #pragma once
 
 #include "attention_backend.h"
@@ -31,10 +31,7 @@ class StepAttention {
   Plan decode_plan_, prefill_plan_;
 };
 
-// The step's whole batch over a layer's pools (the page table append_kv writes through).
+// The step's whole batch over a layer's pools (the page table the step's K/V are written through).
 PagedKV step_kv(const LayerCache& cache, const AttentionMetadata& meta);
-// Writes k, v [num_tokens, num_kv_heads, head_dim] at the tokens' slots of `cache`.
-void append_step_kv(Compute& compute, const LayerCache& cache, const TensorView& k, const TensorView& v,
-                    const AttentionMetadata& meta);
 
 }  // namespace gqattn::engine

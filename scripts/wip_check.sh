@@ -6,7 +6,8 @@
 # binary and the patched one, WIP_ROUNDS times each (default 2, in the order ABBA), compared by
 # bench/compare.py (machines differ by up to 10%, so only an A/B inside one call counts).
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
-# Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_ROUNDS=1] scripts/wip_check.sh [patch ...]
+# Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
+#   scripts/wip_check.sh [patch ...]   (WIP_SWEEP_DIMS: the head dims whose sweep rows run; default all built)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,8 +48,8 @@ for patch in $PATCHES; do
     prefill-*|sm90-*) fam=prefill ;;
     *) fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode) ;;
   esac
-  awk -F, -v dims=";$HEAD_DIMS;" 'NR == 1 || index(dims, ";" $5 ";") > 0' "bench/sweeps/$fam.csv" \
-    > "$logs/sweep.csv"  # the head dims this build has
+  awk -F, -v dims=";${WIP_SWEEP_DIMS:-$HEAD_DIMS};" 'NR == 1 || index(dims, ";" $5 ";") > 0' "bench/sweeps/$fam.csv" \
+    > "$logs/sweep.csv"  # the head dims asked for (built)
   # WIP_ROUNDS sweeps per binary in the order main, patch, patch, main, main, ... (a drift over
   # the call falls on both alike); compare.py takes each row's best run and reports how far
   # main's own runs differed, the noise this call cannot resolve.

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/launch.h"
+#include "kernels/paged_slot.cuh"
 #include "prims/cuda_check.h"
 
 namespace gqattn::kernels {
@@ -18,16 +19,10 @@ __global__ void append_kv_kernel(const AppendKVParams p) {
   const int chunk = static_cast<int>(idx % chunks);
   const int head = static_cast<int>((idx / chunks) % p.num_kv_heads);
   const int token = static_cast<int>(idx / (static_cast<int64_t>(chunks) * p.num_kv_heads));
-  const int b = p.batch_indices[token];
-  const int pos = p.positions[token];
-  const int first_page = p.kv_page_indptr[b];
-  const int num_pages = p.kv_page_indptr[b + 1] - first_page;
-  uint32_t page, slot;
-  if (pos < 0) return;
-  p.page.divmod(static_cast<uint32_t>(pos), page, slot);
-  if (static_cast<int>(page) >= num_pages) return;  // beyond the request's pages: skipped
-  const int64_t page_id = p.kv_page_indices[first_page + page];
-  const int64_t dst = page_id * p.page_stride + slot * p.token_stride + head * p.head_stride;
+  const int64_t slot = paged_slot(p.kv_page_indptr, p.kv_page_indices, p.batch_indices[token], p.positions[token],
+                                  p.page, p.page_stride, p.token_stride);
+  if (slot < 0) return;  // beyond the request's pages: skipped
+  const int64_t dst = slot + head * p.head_stride;
   const int64_t src = token * p.new_stride_n + head * p.new_stride_h;
   const int64_t byte_off = static_cast<int64_t>(chunk) * 16;
   const char* ks = static_cast<const char*>(p.k_new) + src * p.elem_bytes + byte_off;

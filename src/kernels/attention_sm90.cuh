@@ -52,6 +52,7 @@ struct Sm90Tma {
   int enabled;    // 0: every tile by cp.async gathers
   int paged;      // 0: ragged {hd, head, token}; 1: {hd, ., ., page}; 2: one K/V head {hd, key, page}
   int token_dim;  // paged == 1: coordinate index (1 or 2) of the key within its page; the head is the other
+  int key_boxes;  // boxes along a tile's keys: 1, or tile / page_size for pages of 8 .. tile / 2 keys
 };
 
 // kTma: whole tiles by TMA (the run's tensor maps in `tma`), the rest by gathers; without it the
@@ -173,14 +174,18 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         T* s_k = s_kv + stage * (2 * kTile * HeadDim);
         T* s_v = s_k + kTile * HeadDim;
         if (kTma && key0 + kTile <= kv_stop && key0 % kTile == 0) {
-          // A whole tile inside one page (or ragged rows): lanes of warp 0 issue one TMA box each
-          // (64 columns x kTile keys), first K's boxes, then, once V's buffer is free, V's; lane 0
-          // announces the bytes, the others arrive.
+          // A whole tile in one page (or ragged rows), or in whole pages of key_boxes to a tile:
+          // lanes of warp 0 issue one TMA box each (64 columns x kTile / key_boxes keys), first
+          // K's boxes, then, once V's buffer is free, V's; lane 0 announces the bytes, the others
+          // arrive.
           constexpr int kBlocks = HeadDim / 64;
+          const int key_boxes = tma.key_boxes;
+          const int box_keys = kTile / key_boxes;
+          const int block = plane % kBlocks, box = plane / kBlocks;
           uint32_t page = 0, slot = 0;
           int id = 0;
-          if (tma.paged != 0) {
-            p.page.divmod(static_cast<uint32_t>(key0), page, slot);
+          if (tma.paged != 0 && box < key_boxes) {
+            p.page.divmod(static_cast<uint32_t>(key0 + box * box_keys), page, slot);
             id = __ldg(p.page_indices + w.page_begin + page);
           }
           for (int kv = 0; kv < 2; ++kv) {
@@ -191,17 +196,17 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
               if (plane == 0) sm90::mbar_arrive_expect_tx(full, kTile * HeadDim * sizeof(T));
               else sm90::mbar_arrive(full);
               __syncwarp();
-              if (plane < kBlocks) {
-                T* dst = (kv == 0 ? s_k : s_v) + plane * (kTile * 64);
+              if (box < key_boxes) {
+                T* dst = (kv == 0 ? s_k : s_v) + block * (kTile * 64) + box * (box_keys * 64);
                 const CUtensorMap* map = kv == 0 ? &tma.k : &tma.v;
                 if (tma.paged == 2) {
-                  sm90::tma_load_3d(dst, map, full, plane * 64, static_cast<int>(slot), id);
+                  sm90::tma_load_3d(dst, map, full, block * 64, static_cast<int>(slot), id);
                 } else if (tma.paged != 0) {
                   const int c1 = tma.token_dim == 1 ? static_cast<int>(slot) : w.kv_head;
                   const int c2 = tma.token_dim == 1 ? w.kv_head : static_cast<int>(slot);
-                  sm90::tma_load_4d(dst, map, full, plane * 64, c1, c2, id);
+                  sm90::tma_load_4d(dst, map, full, block * 64, c1, c2, id);
                 } else {
-                  sm90::tma_load_3d(dst, map, full, plane * 64, w.kv_head, w.page_begin + key0);
+                  sm90::tma_load_3d(dst, map, full, block * 64, w.kv_head, w.page_begin + key0);
                 }
               }
               __syncwarp();
@@ -495,8 +500,10 @@ struct Sm90Prefill {
 
   // The TMA maps of this run's K/V pools, or enabled = 0 (cp.async for every tile) when the
   // layout does not fit: page sizes that are not a multiple of the tile (small pages measured 20%
-  // slower with one box per page than the gathers), strides out of order, no encoder, or
-  // GQATTN_DISABLE_TMA set.
+  // slower with one box per page than the gathers in session 2 and 0.82-0.97x in session 7, at
+  // hd128; at hd256, where the gathers reach two thirds of contiguous K/V, pages of 8 .. tile / 2
+  // keys that divide the tile take one box per page: perf-notes item 30), strides out of order,
+  // no encoder, or GQATTN_DISABLE_TMA set.
   static Sm90Tma make_tma(const AttentionParams& p) {
     Sm90Tma t;
     std::memset(&t, 0, sizeof(t));
@@ -506,8 +513,15 @@ struct Sm90Prefill {
     if (encode == nullptr || p.kv_rows <= 0 || p.num_kv_heads <= 0) return t;
     const bool paged = p.page_indices != nullptr;
     const int64_t page_size = paged ? static_cast<int64_t>(p.page.divisor) : 1;
-    if (paged && page_size % kTile != 0) return t;
-    const int64_t rows = kTile;
+    t.key_boxes = 1;
+    if (paged && page_size % kTile != 0) {
+      // Boxes of whole pages: 8-row multiples keep the 128-byte swizzle's 1024-byte period, and
+      // warp 0 issues (64-column blocks) x (pages a tile) boxes, one a lane.
+      const int64_t boxes = kTile / page_size;
+      if (HeadDim < 256 || kTile % page_size != 0 || page_size % 8 != 0 || boxes * (HeadDim / 64) > 32) return t;
+      t.key_boxes = static_cast<int>(boxes);
+    }
+    const int64_t rows = kTile / t.key_boxes;
     const uint64_t es = sizeof(T);
     const uint64_t head_stride = static_cast<uint64_t>(p.kv_head_stride) * es;
     const uint64_t key_stride = static_cast<uint64_t>(paged ? p.kv_token_stride : p.kv_page_stride) * es;

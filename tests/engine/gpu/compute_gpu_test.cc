@@ -1,5 +1,5 @@
-// The CUDA compute device's primitives one by one against host references: add_rmsnorm, rope,
-// swiglu, embed and gather_rows on shapes that take the 16-byte vector kernels (Llama's 4096 /
+// The CUDA compute device's primitives one by one against host references: add_rmsnorm, rope
+// (and its fused K/V store against rope + append_kv), swiglu, embed and gather_rows on shapes that take the 16-byte vector kernels (Llama's 4096 /
 // 11008 / head_dim 128, 128 rows) and shapes whose length, stride or offset forces the scalar
 // ones; the cuBLASLt GEMM tuned (<= 256 tokens), untuned (more), with padded strides, fp32 output,
 // repeatable bit for bit, and first met inside a stream capture. Layer: tests (label gpu; skipped
@@ -170,6 +170,95 @@ TEST_F(ComputeOps, RopeMatchesTheHostOnVectorAndScalarPaths) {
         }
       }
     }
+  }
+}
+
+struct RopeStoreCase {
+  int tokens, q_heads, k_heads, head_dim, page_size;
+  KVLayout layout;
+};
+
+// The fused RoPE + K/V store writes bit for bit what rope followed by gqattn::append_kv writes
+// (the default Compute::rope_store_kv): q and k in place, k and v at each token's page slot, a
+// token beyond its request's pages skipped; on the fused path (head_dim % 16 == 0) and the
+// fallback (head_dim 24), NHD and HND pools, pages of 1, 3 and 16 tokens.
+TEST_F(ComputeOps, RopeStoreKvEqualsRopeThenAppendKv) {
+  for (const RopeStoreCase& c :
+       {RopeStoreCase{128, 32, 8, 128, 16, KVLayout::kNHD}, RopeStoreCase{128, 32, 1, 128, 16, KVLayout::kNHD},
+        RopeStoreCase{7, 4, 2, 64, 3, KVLayout::kHND}, RopeStoreCase{9, 4, 4, 128, 1, KVLayout::kNHD},
+        RopeStoreCase{5, 3, 1, 24, 3, KVLayout::kNHD}}) {
+    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.q_heads << "/" << c.k_heads << " heads, head_dim "
+                                      << c.head_dim << ", page " << c.page_size << ", " << layout_name(c.layout));
+    const int64_t width = int64_t(c.q_heads + 2 * c.k_heads) * c.head_dim;
+    // Three requests: the tokens split among them in order, each request's positions consecutive
+    // from a random start; the last token's request owns too few pages (its write is skipped).
+    const int requests = 3;
+    std::vector<int32_t> batch_indices, positions, indptr = {0}, indices;
+    const int64_t pages_total = 64;
+    int32_t next_page = 5;  // pages listed out of order: every 7th page of the pool
+    for (int r = 0; r < requests; ++r) {
+      const int first = c.tokens * r / requests, last = c.tokens * (r + 1) / requests;
+      const int start = int((next_uniform() + 1.f) * 6);
+      for (int t = first; t < last; ++t) {
+        batch_indices.push_back(r);
+        positions.push_back(start + (t - first));
+      }
+      int need = last > first ? (start + (last - first) + c.page_size - 1) / c.page_size : 0;
+      if (r == requests - 1 && need > 0) --need;  // the last position of the last request falls off
+      for (int i = 0; i < need; ++i) {
+        indices.push_back(next_page);
+        next_page = int32_t((next_page + 7) % pages_total);
+      }
+      indptr.push_back(int32_t(indices.size()));
+    }
+    ASSERT_LE(int64_t(indices.size()), pages_total);
+    const int64_t pool_elems = pages_total * c.page_size * c.k_heads * c.head_dim;
+    const auto pool = [&](const DeviceMatrix& m) {
+      return c.layout == KVLayout::kNHD
+                 ? TensorView::contiguous(m.view.data, {pages_total, c.page_size, c.k_heads, c.head_dim},
+                                          DType::kBF16, Device::kCUDA, 0)
+                 : TensorView::contiguous(m.view.data, {pages_total, c.k_heads, c.page_size, c.head_dim},
+                                          DType::kBF16, Device::kCUDA, 0);
+    };
+    // Two copies of everything: one for the fused call, one for the two-call reference.
+    DeviceMatrix qkv[2], kp[2], vp[2];
+    for (int w = 0; w < 2; ++w) {
+      const uint64_t seed = seed_;
+      qkv[w] = matrix(DType::kBF16, c.tokens, width, width, 3.f);
+      kp[w] = matrix(DType::kBF16, 1, pool_elems, pool_elems, 1.f);
+      vp[w] = matrix(DType::kBF16, 1, pool_elems, pool_elems, 1.f);
+      if (w == 0) seed_ = seed;  // the second copy draws the same values
+    }
+    std::vector<float> inv_freq;
+    for (int j = 0; j < c.head_dim / 2; ++j) inv_freq.push_back(float(std::pow(10000.0, -2.0 * j / c.head_dim)));
+    const TensorView pos = int32_tensor(positions), rows = int32_tensor(batch_indices);
+    const TensorView kv_indptr = int32_tensor(indptr);
+    const TensorView kv_indices = int32_tensor(indices.empty() ? std::vector<int32_t>{0} : indices);
+    const TensorView freq = fp32_tensor(inv_freq);
+    for (int w = 0; w < 2; ++w) {
+      Compute::KVStore store;
+      store.kv.k_pages = pool(kp[w]);
+      store.kv.v_pages = pool(vp[w]);
+      store.kv.layout = c.layout;
+      store.kv.kv_page_indptr = kv_indptr;
+      store.kv.kv_page_indices = kv_indices;
+      store.v = head_view(qkv[w].view, int64_t(c.q_heads + c.k_heads) * c.head_dim, c.k_heads, c.head_dim);
+      store.batch_indices = rows;
+      const TensorView q = head_view(qkv[w].view, 0, c.q_heads, c.head_dim);
+      const TensorView k = head_view(qkv[w].view, int64_t(c.q_heads) * c.head_dim, c.k_heads, c.head_dim);
+      if (w == 0) {
+        gpu_->rope_store_kv(q, k, pos, freq, store);
+      } else {
+        gpu_->Compute::rope_store_kv(q, k, pos, freq, store);
+      }
+    }
+    EXPECT_EQ(download<uint16_t>(qkv[0].view), download<uint16_t>(qkv[1].view));
+    const std::vector<uint16_t> k0 = download<uint16_t>(kp[0].view), k1 = download<uint16_t>(kp[1].view);
+    const std::vector<uint16_t> v0 = download<uint16_t>(vp[0].view), v1 = download<uint16_t>(vp[1].view);
+    EXPECT_EQ(k0, k1);
+    EXPECT_EQ(v0, v1);
+    // The reference did write: the pools differ from their initial values somewhere.
+    EXPECT_NE(k1, kp[1].bf16);
   }
 }
 
