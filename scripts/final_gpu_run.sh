@@ -8,7 +8,8 @@
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
 #   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
-#                                      Hopper prefill at hd256 and hd128 (1 x 16K), and the engine's
+#                                      Hopper prefill at hd256 and hd128 (1 x 16K; hd128 16 x 1K
+#                                      non-causal: the short items), and the engine's
 #                                      decode step per kernel for MQA and GQA-8 (~5 min)
 # A fresh machine keeps nothing: each call builds (about 30 s). Carry .deps (GoogleTest sources).
 set -uo pipefail
@@ -33,9 +34,11 @@ case $mode in
   profile)
     scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
       "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1"; save
-    # The Hopper prefill at hd256 against hd128 (perf-notes item 20: what limits hd256 is not known).
+    # The Hopper prefill at hd256 against hd128 (perf-notes item 20), and short items (16 x 1K
+    # non-causal: 0.78x of 1 x 16K's throughput in session 10's table).
     LOG_DIR=$LOG_DIR/prefill NCU_KERNEL=attention_sm90_kernel scripts/ncu_decode.sh build-gpu/gqattn-bench \
-      "prefill,bf16,32,32,256,0,1,16384,16384,1" "prefill,bf16,32,32,128,0,1,16384,16384,1"; save
+      "prefill,bf16,32,32,256,0,1,16384,16384,1" "prefill,bf16,32,32,128,0,1,16384,16384,1" \
+      "prefill,bf16,32,32,128,0,16,1024,1024,0"; save
     for heads in 1 8; do
       timeout 150 scripts/profile_engine.sh build-gpu "$heads" "$LOG_DIR/prof_kv$heads.csv" \
         > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save
