@@ -436,6 +436,28 @@ TEST(GpuPrefill, WholeTilePagesEveryHeadDim) {
   }
 }
 
+// Pages smaller than the sm_90a kernel's tile: at head_dim 256 pages of 8, 16 and 32 keys load
+// whole 64-key tiles by TMA, one box per page (each box its own page id; perf-notes item 41), the
+// partial last tile by gathers; the other head dims take the gathers (tested above). Both
+// layouts, and one K/V head (the rank-3 map).
+TEST(GpuPrefill, SmallPageBoxesHeadDim256) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (std::find(info.head_dims.begin(), info.head_dims.end(), 256) == info.head_dims.end())
+    GTEST_SKIP() << "head_dim 256 is not built (-DGQATTN_HEAD_DIMS)";
+  uint64_t seed = 1900;
+  for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
+    for (int page_size : {8, 16, 32}) {
+      for (KVLayout layout : {KVLayout::kHND, KVLayout::kNHD}) {
+        SCOPED_TRACE("page " + std::to_string(page_size) + " " + layout_name(layout));
+        check_prefill(info.dtypes[0], h, 256, page_size, seed % 2 == 0, layout, {200, 0, 70, 1}, {457, 5, 70, 129},
+                      seed);
+        ++seed;
+      }
+    }
+  }
+}
+
 // A prefill plan made for CUDA graphs (a fixed grid of CTAs that loop over the work list) runs
 // from a captured graph, replayed twice.
 TEST(GpuPrefill, CudaGraphReplay) {
