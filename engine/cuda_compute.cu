@@ -268,27 +268,15 @@ __global__ void rope_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t
   }
 }
 
-// Where rope_vec_kernel also stores the step's K/V (Compute::rope_store_kv): null k_pages, no store.
-struct RopeStore {
-  uint16_t* k_pages = nullptr;
-  uint16_t* v_pages = nullptr;
-  int64_t page_stride = 0, token_stride = 0, head_stride = 0;
-  const int32_t* kv_page_indptr = nullptr;
-  const int32_t* kv_page_indices = nullptr;
-  const int32_t* batch_indices = nullptr;
-  const uint16_t* v = nullptr;
-  int64_t v_stride = 0;  // v's row stride (its heads are packed)
-  FastDivmod page;
-};
-
 // rope_kernel with 16-byte accesses (head_dim % 16 == 0, rows and inv_freq 16-byte aligned): one
 // thread per (token, head, group of 8 rotary pairs) over a flat grid of total < 2^31 items; it
 // loads x[j..j+7] and x[j+half..j+half+7] and rotates them with the scalar kernel's math. With a
 // store, the heads run on past q's and k's over v's: a k thread also writes its rotated halves at
-// the token's slot, a v thread copies its halves there (one kernel instead of rope + append_kv).
+// the token's slot, a v thread copies its halves there (one kernel instead of rope + append_kv;
+// `store` holds append_kv's parameters, null k_pages when there is no store).
 __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
                                 int k_heads, int head_dim, const int32_t* positions, const float* inv_freq,
-                                int total, const RopeStore store) {
+                                int total, const kernels::AppendKVParams store) {
   const unsigned flat = blockIdx.x * blockDim.x + threadIdx.x;  // < total + blockDim.x <= 2^31 + 1024
   if (flat >= unsigned(total)) return;
   const int idx = int(flat);
@@ -309,8 +297,9 @@ __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint
   if (h >= q_heads + k_heads) {  // v: copied, not rotated
     if (slot < 0) return;
     const int hv = h - q_heads - k_heads;
-    const uint16_t* src = store.v + int64_t(i) * store.v_stride + int64_t(hv) * head_dim;
-    uint16_t* dst = store.v_pages + slot + int64_t(hv) * store.head_stride;
+    const uint16_t* src = static_cast<const uint16_t*>(store.v_new) + int64_t(i) * store.new_stride_n +
+                          int64_t(hv) * store.new_stride_h;
+    uint16_t* dst = static_cast<uint16_t*>(store.v_pages) + slot + int64_t(hv) * store.head_stride;
     *reinterpret_cast<uint4*>(dst + j) = *reinterpret_cast<const uint4*>(src + j);
     *reinterpret_cast<uint4*>(dst + j + half) = *reinterpret_cast<const uint4*>(src + j + half);
     return;
@@ -337,7 +326,7 @@ __global__ void rope_vec_kernel(uint16_t* q, int64_t q_stride, int q_heads, uint
   *first = out1;
   *second = out2;
   if (slot >= 0) {  // a k head of a store
-    uint16_t* dst = store.k_pages + slot + int64_t(h - q_heads) * store.head_stride;
+    uint16_t* dst = static_cast<uint16_t*>(store.k_pages) + slot + int64_t(h - q_heads) * store.head_stride;
     *reinterpret_cast<uint4*>(dst + j) = out1;
     *reinterpret_cast<uint4*>(dst + j + half) = out2;
   }
@@ -736,7 +725,7 @@ class CudaCompute final : public Compute {
     const bool fusable =
         !rope_store_disabled_ && kv.k_pages.dtype == DType::kBF16 && kv.v_pages.dtype == DType::kBF16 &&
         v.dtype == DType::kBF16 && v.ndim == 3 && k.ndim == 3 && v.shape[0] == k.shape[0] &&
-        v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] && v.strides[1] == v.shape[2] &&
+        v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] && v.strides[0] == k.strides[0] && v.strides[1] == v.shape[2] &&
         kv.num_kv_heads() == k.shape[1] && kv.head_dim() == k.shape[2] && std::equal(kv.k_pages.strides, kv.k_pages.strides + 4, kv.v_pages.strides) &&
         kv.k_pages.strides[3] == 1 &&
         rows_aligned16(v.data, v.strides[0], sizeof(uint16_t)) && aligned16(kv.k_pages.data) &&
@@ -765,21 +754,8 @@ class CudaCompute final : public Compute {
     if (store != nullptr && !vec) return false;
     if (n == 0) return true;
     if (vec) {
-      RopeStore s;
-      if (store != nullptr) {
-        const PagedKV& kv = store->kv;
-        s.k_pages = kv.k_pages.ptr<uint16_t>();
-        s.v_pages = kv.v_pages.ptr<uint16_t>();
-        s.page_stride = kv.page_stride();
-        s.token_stride = kv.token_stride();
-        s.head_stride = kv.head_stride();
-        s.kv_page_indptr = kv.kv_page_indptr.ptr<const int32_t>();
-        s.kv_page_indices = kv.kv_page_indices.ptr<const int32_t>();
-        s.batch_indices = store->batch_indices.ptr<const int32_t>();
-        s.v = store->v.ptr<const uint16_t>();
-        s.v_stride = store->v.strides[0];
-        s.page = FastDivmod(uint32_t(kv.page_size()));
-      }
+      kernels::AppendKVParams s;  // k_pages null: rope only
+      if (store != nullptr) s = kernels::append_kv_params(store->kv, k, store->v, store->batch_indices, positions);
       rope_vec_kernel<<<unsigned(ceil_div(total, kRopeThreads)), kRopeThreads, 0, stream_>>>(
           q.ptr<uint16_t>(), q.strides[0], q_heads, k.ptr<uint16_t>(), k.strides[0], k_heads, head_dim,
           positions.ptr<int32_t>(), inv_freq.ptr<float>(), int(total), s);

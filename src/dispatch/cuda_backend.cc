@@ -270,26 +270,7 @@ void prefill_run(const Plan& plan, const PrefillArgs& args, void* stream) {
 void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
                const TensorView& batch_indices, const TensorView& positions, void* stream) {
   DeviceGuard guard(k_new.device_id);
-  kernels::AppendKVParams p;
-  p.k_pages = kv.k_pages.data;
-  p.v_pages = kv.v_pages.data;
-  p.page_stride = kv.page_stride();
-  p.token_stride = kv.token_stride();
-  p.head_stride = kv.head_stride();
-  p.kv_page_indptr = kv.kv_page_indptr.ptr<const int32_t>();
-  p.kv_page_indices = kv.kv_page_indices.ptr<const int32_t>();
-  p.k_new = k_new.data;
-  p.v_new = v_new.data;
-  p.new_stride_n = k_new.strides[0];
-  p.new_stride_h = k_new.strides[1];
-  p.batch_indices = batch_indices.ptr<const int32_t>();
-  p.positions = positions.ptr<const int32_t>();
-  p.num_tokens = static_cast<int>(k_new.shape[0]);
-  p.num_kv_heads = static_cast<int>(k_new.shape[1]);
-  p.head_dim = static_cast<int>(k_new.shape[2]);
-  p.elem_bytes = static_cast<int>(dtype_size(k_new.dtype));
-  p.page = FastDivmod(static_cast<uint32_t>(kv.page_size()));
-  kernels::launch_append_kv(p, stream);
+  kernels::launch_append_kv(kernels::append_kv_params(kv, k_new, v_new, batch_indices, positions), stream);
 }
 
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged,

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gqattn/paged_kv.h"
 #include "gqattn/tensor.h"
 #include "kernels/attention_config.h"
 #include "plan/work_item.h"
@@ -92,6 +93,10 @@ struct AppendKVParams {
   int num_tokens = 0, num_kv_heads = 0, head_dim = 0, elem_bytes = 2;
   FastDivmod page;
 };
+// The parameters of append_kv(kv, k_new, v_new, ...) (v_new with k_new's strides); the engine's
+// fused RoPE + K/V store reads the same ones.
+AppendKVParams append_kv_params(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
+                                const TensorView& batch_indices, const TensorView& positions);
 void launch_append_kv(const AppendKVParams& params, void* stream);
 
 // Reads `bytes` (a multiple of 16) of device memory at `data` with 16-byte loads on `stream`;
