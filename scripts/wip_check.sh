@@ -7,6 +7,7 @@
 # bench/compare.py (machines differ by up to 10%, so only an A/B inside one call counts).
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
 # Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
+#   [WIP_SWEEP_FILE=bench/sweeps/x.csv] [WIP_TEST_TIMEOUT=300] [WIP_BENCH_TIMEOUT=300]
 #   scripts/wip_check.sh [patch ...]   (WIP_SWEEP_DIMS: the head dims whose sweep rows run; default all built)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,9 +37,10 @@ for patch in $PATCHES; do
   configure "$dir" "$dir/build" "$logs/configure.log" &&
     cmake --build "$dir/build" -j "$(nproc)" > "$logs/build.log" 2>&1 || { echo "$name: build failed"; status=1; continue; }
   T=$dir/build/tests/gqattn_gpu_tests
-  timeout 300 "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1 || status=1
-  GQATTN_DISABLE_SM90=1 timeout 300 "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
-  timeout 300 compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
+  # A hung kernel (a deadlock) must not take the whole call: WIP_TEST_TIMEOUT seconds a run.
+  timeout "${WIP_TEST_TIMEOUT:-300}" "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1 || status=1
+  GQATTN_DISABLE_SM90=1 timeout "${WIP_TEST_TIMEOUT:-300}" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
+  timeout "${WIP_TEST_TIMEOUT:-300}" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
     > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
   tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
   # The family whose sweep runs: from the patch's name (decode-*, prefill-* / sm90-*), else from
@@ -48,8 +50,8 @@ for patch in $PATCHES; do
     prefill-*|sm90-*) fam=prefill ;;
     *) fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode) ;;
   esac
-  awk -F, -v dims=";${WIP_SWEEP_DIMS:-$HEAD_DIMS};" 'NR == 1 || index(dims, ";" $5 ";") > 0' "bench/sweeps/$fam.csv" \
-    > "$logs/sweep.csv"  # the head dims asked for (built)
+  awk -F, -v dims=";${WIP_SWEEP_DIMS:-$HEAD_DIMS};" 'NR == 1 || index(dims, ";" $5 ";") > 0' "${WIP_SWEEP_FILE:-bench/sweeps/$fam.csv}" \
+    > "$logs/sweep.csv"  # the head dims asked for (built); WIP_SWEEP_FILE: a shorter sweep of the same columns
   # WIP_ROUNDS sweeps per binary in the order main, patch, patch, main, main, ... (a drift over
   # the call falls on both alike); compare.py takes each row's best run and reports how far
   # main's own runs differed, the noise this call cannot resolve.
@@ -58,7 +60,7 @@ for patch in $PATCHES; do
     order="main ours"; ((r % 2 == 0)) && order="ours main"
     for who in $order; do
       bin=$([ "$who" = main ] && echo "$main_dir" || echo "$dir")/build/gqattn-bench
-      "$bin" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/${who}_${fam}_$r.csv" \
+      timeout "${WIP_BENCH_TIMEOUT:-300}" "$bin" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/${who}_${fam}_$r.csv" \
         > "$logs/bench_${who}_$r.log" 2>&1 || status=1
     done
     main_csvs+="${main_csvs:+,}$logs/main_${fam}_$r.csv" ours_csvs+="${ours_csvs:+,}$logs/ours_${fam}_$r.csv"

@@ -458,6 +458,34 @@ TEST(GpuPrefill, SmallPageBoxesHeadDim256) {
   }
 }
 
+// More work items than the sm_90a kernel's persistent CTAs (one an SM): each CTA runs several
+// items back to back, the next item's Q and first K/V tile loaded while the current one finishes
+// (on hd <= 128 its first S GEMM issued with the last P V of the one before). Items of one K/V
+// tile, items of none (non-causal rows over an empty KV) and partial row tiles among them; the
+// tests above have fewer items than CTAs. Also as a CUDA-graph plan (a fixed grid).
+TEST(GpuPrefill, ManyItemsPerCta) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  std::vector<int32_t> qo, kv_causal, kv_any;
+  for (int b = 0; b < 48; ++b) {
+    qo.push_back(60 + (b * 37) % 71);  // 240 .. 520 packed rows: 2 .. 5 row tiles a K/V head
+    kv_causal.push_back(qo.back() + (b * 53) % 101);
+    kv_any.push_back(b % 11 == 4 ? 0 : (b % 7 == 2 ? 33 : kv_causal.back()));
+  }
+  uint64_t seed = 2100;
+  for (int head_dim : info.head_dims) {
+    for (bool causal : {true, false}) {
+      for (int page_size : {0, 16}) {
+        if (head_dim != 128 && page_size == 0) continue;  // every path at hd128, one paged run per other head dim
+        SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+        check_prefill(info.dtypes[0], Heads{8, 2}, head_dim, page_size, causal, seed % 2 ? KVLayout::kHND : KVLayout::kNHD,
+                      qo, causal ? kv_causal : kv_any, seed, /*graph=*/causal && page_size == 16);
+        ++seed;
+      }
+    }
+  }
+}
+
 // A prefill plan made for CUDA graphs (a fixed grid of CTAs that loop over the work list) runs
 // from a captured graph, replayed twice.
 TEST(GpuPrefill, CudaGraphReplay) {
