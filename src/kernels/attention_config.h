@@ -117,12 +117,15 @@ struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> {
   static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
   static constexpr int kTileBytes = Cfg::kKVTile * HeadDim * kElemBytes;  // one of K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kBarrierBytes = 128;  // full_k/full_v/empty_k/empty_v[kStages], q_full, q_empty, 3 item indices
+  // full_k/full_v/empty_k/empty_v[kStages], q_full, q_empty, 3 item indices; then the WorkItem
+  // the producer hands to the consumers (48 bytes, 16-byte aligned).
+  static constexpr int kWorkItemOffset = 128;
+  static constexpr int kBarrierBytes = kWorkItemOffset + 64;
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes;
 
   static_assert(HeadDim % 64 == 0, "the sm90 path stores 64-column blocks");
-  static_assert((4 * Cfg::kStages + 2) * 8 + 3 * 4 <= kBarrierBytes, "barrier area too small");
+  static_assert((4 * Cfg::kStages + 2) * 8 + 3 * 4 <= kWorkItemOffset, "barrier area too small");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
   static_assert(128 * Cfg::kProducerRegs + 128 * Cfg::kConsumers * Cfg::kConsumerRegs <= 65536, "register file");
 };

@@ -88,9 +88,11 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   uint64_t* q_full = empty_v + kStages;
   uint64_t* q_empty = q_full + 1;
   // The producer hands each item index to the consumers through shared memory (s_item[0];
-  // >= num_work ends the loop), published by q_full; s_item[1..2]: the next item for the
-  // producer's own warps (double-buffered across items).
+  // >= num_work ends the loop), with the item itself (s_work: the consumers would otherwise load
+  // it from global memory after q_full, on their critical path), both published by q_full;
+  // s_item[1..2]: the next item for the producer's own warps (double-buffered across items).
   volatile int* s_item = reinterpret_cast<volatile int*>(q_empty + 1);
+  WorkItem* s_work = reinterpret_cast<WorkItem*>(reinterpret_cast<unsigned char*>(full_k) + Shape::kWorkItemOffset);
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -123,12 +125,16 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       // The producer runs ahead into the next item: its Q waits only until the consumers' last
       // S GEMM of the previous item has read Q (their P V and epilogue overlap this item's loads);
       // its K/V tiles wait on the stages' own "empty" barriers.
+      // The item's description is loaded before that wait, its latency hidden behind it.
+      const bool done = item >= num_work;
+      WorkItem w{};
+      if (!done) w = p.work[item];
       __syncwarp();
       if (items_done > 0) sm90::mbar_wait(q_empty, (items_done - 1) & 1);
-      const bool done = item >= num_work;
       if (tid == 0) {
+        if (!done) *s_work = w;
         s_item[0] = item;
-        sm90::mbar_arrive(q_full);  // release: s_item is visible to the consumers
+        sm90::mbar_arrive(q_full);  // release: s_item and s_work are visible to the consumers
       }
       __syncwarp();
       if (done) {
@@ -142,7 +148,6 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         }
         break;
       }
-      const WorkItem w = p.work[item];
       const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
       const int rows = keys.rows;
       const int kv_stop = keys.kv_stop;
@@ -287,7 +292,9 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     sm90::mbar_wait(q_full, items_done & 1);  // this item's Q has landed; s_item[0] names it
     const int item = sm90::warp_uniform(s_item[0]);
     if (item >= num_work) break;
-    const WorkItem w = p.work[item];
+    // At hd256 the item comes from global memory as before: read from shared memory there, the
+    // consumers spilled ~108 bytes (ptxas keeps it differently); not measured at hd256.
+    const WorkItem w = HeadDim <= 128 ? *s_work : p.work[item];
     const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
     const int rows = keys.rows;
     const int num_tiles = keys.num_tiles;
@@ -449,7 +456,11 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       ++it;
     }
 
-    // Epilogue: normalise and write this thread's two rows straight from the accumulators.
+    // Epilogue: normalise and write this thread's two rows straight from the accumulators. At
+    // hd <= 128 the quad's four lanes swap words (prims::quad_transpose) so that each lane stores
+    // 16 contiguous bytes of its row: a quarter of the store instructions of 4-byte pieces, each
+    // touching as many cache lines (non-causal 16 x 1K +4-9%: perf-notes item 46). The shuffles
+    // need the whole warp, so only the stores are guarded.
     float dsum[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -461,22 +472,34 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int ra = w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8;
-      if (ra >= rows) continue;
+      const bool row_ok = ra < rows;
       const float inv = dsum[i] > 0.f ? 1.f / dsum[i] : 0.f;
       const float lse2 = dsum[i] > 0.f ? m[i] + log2f(dsum[i]) : prims::kNegInf;
       uint32_t tok, g;
       p.group.divmod(ra, tok, g);
-      const int col = 2 * (lane & 3);
       if (w.partial_base < 0) {
         const int64_t token = w.qo_begin + static_cast<int64_t>(tok);
         const int head = w.kv_head * group + g;
-        T* dst = static_cast<T*>(p.o) + token * p.o_stride_n + head * p.o_stride_h + col;
+        T* dst = static_cast<T*>(p.o) + token * p.o_stride_n + head * p.o_stride_h;  // the row
+        if constexpr (HeadDim <= 128) {
 #pragma unroll
-        for (int j = 0; j < HeadDim / 8; ++j)
-          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-              prims::pack2<T>(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
-        if (p.lse != nullptr && (lane & 3) == 0) p.lse[token * p.num_qo_heads + head] = lse2 * prims::kLn2;
-      } else {
+          for (int j4 = 0; j4 < HeadDim / 32; ++j4) {  // 8-column blocks 4 j4 .. 4 j4 + 3; this lane's: 4 j4 + lane % 4
+            uint32_t word[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+              word[b] = prims::pack2<T>(o_acc[4 * (4 * j4 + b) + 2 * i] * inv, o_acc[4 * (4 * j4 + b) + 2 * i + 1] * inv);
+            prims::quad_transpose(word, lane);
+            if (row_ok) prims::st_global_16(dst + 32 * j4 + 8 * (lane & 3), word[0], word[1], word[2], word[3]);
+          }
+        } else if (row_ok) {  // hd256: the shuffled words beside O's 128 registers spilled 108 bytes
+#pragma unroll
+          for (int j = 0; j < HeadDim / 8; ++j)
+            *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * (lane & 3)) =
+                prims::pack2<T>(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
+        }
+        if (row_ok && p.lse != nullptr && (lane & 3) == 0) p.lse[token * p.num_qo_heads + head] = lse2 * prims::kLn2;
+      } else if (row_ok) {
+        const int col = 2 * (lane & 3);
         const int64_t prow = static_cast<int64_t>(w.partial_base) + ra;
         float* dst = p.partial_o + prow * HeadDim + col;
 #pragma unroll

@@ -60,6 +60,33 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Transposes a 4 x 4 matrix of 32-bit words held by the four lanes of a quad (lane q & 3 holds
+// row q in v[0..3]) so that each lane holds its column: afterwards v[r] of lane q is what v[q] of
+// lane r was. Two butterfly stages (lane bit 0 swapped with slot bit 0, then bit 1), one shuffle
+// per word. For an accumulator fragment (lane q of a quad holds columns 2q, 2q + 1 of each 8-wide
+// block) it turns four blocks of 4-byte pieces into one 16-byte row segment per lane.
+// Every lane of the warp must take part.
+__device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], int lane) {
+#pragma unroll
+  for (int bit = 1; bit <= 2; bit <<= 1) {
+    const bool upper = (lane & bit) != 0;
+#pragma unroll
+    for (int lo = 0; lo < 4; ++lo) {
+      if (lo & bit) continue;  // slots lo and lo + bit form a pair
+      const uint32_t send = upper ? v[lo] : v[lo + bit];
+      const uint32_t recv = __shfl_xor_sync(0xffffffffu, send, bit);
+      if (upper) v[lo] = recv;
+      else v[lo + bit] = recv;
+    }
+  }
+}
+
+// One 16-byte store to global memory (ptxas otherwise split some of the epilogue's stores of
+// shuffled words into four 4-byte ones).
+__device__ __forceinline__ void st_global_16(void* gmem, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
 // Two floats -> one register of two 16-bit values (x in the low half).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float x, float y);
