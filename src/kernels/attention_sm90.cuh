@@ -88,9 +88,12 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   uint64_t* q_full = empty_v + kStages;
   uint64_t* q_empty = q_full + 1;
   // The producer hands each item index to the consumers through shared memory (s_item[0];
-  // >= num_work ends the loop), with the item itself (s_work: the consumers would otherwise load
-  // it from global memory after q_full, on their critical path), both published by q_full;
-  // s_item[1..2]: the next item for the producer's own warps (double-buffered across items).
+  // >= num_work ends the loop), published by q_full; s_item[1..2]: the next item for the
+  // producer's own warps (double-buffered across items). At hd <= 128 the item itself goes the
+  // same way (s_work: the consumers would otherwise load it from global memory after q_full, on
+  // their critical path); at hd256 the consumers keep the global load (read from shared memory,
+  // ptxas spilled ~108 bytes of their registers there).
+  constexpr bool kItemInSmem = HeadDim <= 128;
   volatile int* s_item = reinterpret_cast<volatile int*>(q_empty + 1);
   WorkItem* s_work = reinterpret_cast<WorkItem*>(reinterpret_cast<unsigned char*>(full_k) + Shape::kWorkItemOffset);
 
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       __syncwarp();
       if (items_done > 0) sm90::mbar_wait(q_empty, (items_done - 1) & 1);
       if (tid == 0) {
-        if (!done) *s_work = w;
+        if (kItemInSmem && !done) *s_work = w;
         s_item[0] = item;
         sm90::mbar_arrive(q_full);  // release: s_item and s_work are visible to the consumers
       }
@@ -292,9 +295,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     sm90::mbar_wait(q_full, items_done & 1);  // this item's Q has landed; s_item[0] names it
     const int item = sm90::warp_uniform(s_item[0]);
     if (item >= num_work) break;
-    // At hd256 the item comes from global memory as before: read from shared memory there, the
-    // consumers spilled ~108 bytes (ptxas keeps it differently); not measured at hd256.
-    const WorkItem w = HeadDim <= 128 ? *s_work : p.work[item];
+    const WorkItem w = kItemInSmem ? *s_work : p.work[item];
     const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
     const int rows = keys.rows;
     const int num_tiles = keys.num_tiles;
