@@ -25,11 +25,13 @@ template <int HeadDim>
 struct AttnConfig<Family::kDecode, HeadDim> {
   static constexpr int kWarpsM = 1;
   static constexpr int kMTiles = 1;
-  static constexpr int kWarpsKV = 4;
-  static constexpr int kKVTile = 64;
-  // Three stages leave room for two CTAs per SM (hd <= 128): while one waits at its barrier or
-  // computes, the other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA
-  // per SM, 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
+  // hd256: tiles of 32 keys over two warps, so that three stages (96 KB) leave room for two CTAs
+  // per SM as at hd <= 128 (64-key tiles took 192 KB: one CTA, 3.72 TB/s; perf-notes item 47).
+  static constexpr int kWarpsKV = HeadDim <= 128 ? 4 : 2;
+  static constexpr int kKVTile = HeadDim <= 128 ? 64 : 32;
+  // Three stages leave room for two CTAs per SM: while one waits at its barrier or computes, the
+  // other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA per SM,
+  // 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
   static constexpr int kStages = 3;
 };
 
