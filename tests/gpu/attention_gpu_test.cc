@@ -143,14 +143,15 @@ TEST(GpuDecode, EveryHeadDimAndDtypeBuilt) {
 
 // The decode matrix's page sizes, kv_len 0 and 1, lengths off the tile and a split long context
 // at every head dim built other than 128 (GroupSizesPageSizesQoLens and the split tests below
-// cover 128): the decode family's tile differs per head dim (32 keys at hd256).
+// cover 128): the decode family's tile differs per head dim (32 keys at hd256). 32 query heads on
+// one K/V head take decode_mid (hd64) or decode_wide (hd256).
 TEST(GpuDecode, PageSizesEveryHeadDimBuilt) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   uint64_t seed = 1300;
   for (int head_dim : info.head_dims) {
     if (head_dim == 128) continue;
-    for (const Heads& h : {Heads{8, 4}, Heads{32, 8}, Heads{16, 1}}) {
+    for (const Heads& h : {Heads{8, 4}, Heads{32, 8}, Heads{16, 1}, Heads{32, 1}}) {
       for (int page_size : {1, 3, 16, 64, 256}) {
         const KVLayout layout = (seed % 2) ? KVLayout::kHND : KVLayout::kNHD;
         check_decode(info.dtypes.front(), h, head_dim, page_size, 1, layout, random_lengths(5, 1, 700, seed, true), seed);
