@@ -10,7 +10,7 @@
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K; hd128 16 x 1K
 #                                      non-causal: the short items, also per SASS instruction
-#                                      against 1 x 16K: ncu_sass.sh, ncu_sass_diff.py), and the engine's
+#                                      against 1 x 16K: NCU_SASS=1, ncu_sass_diff.py), and the engine's
 #                                      decode step per kernel for MQA and GQA-8 (~5 min)
 # A fresh machine keeps nothing: each call builds (about 30 s). Carry .deps (GoogleTest sources).
 set -uo pipefail
@@ -41,9 +41,9 @@ case $mode in
       "prefill,bf16,32,32,256,0,1,16384,16384,1" "prefill,bf16,32,32,128,0,1,16384,16384,1" \
       "prefill,bf16,32,32,128,0,16,1024,1024,0"; save
     # The short items instruction by instruction against steady state (perf-notes item 48).
-    scripts/ncu_sass.sh build-gpu/gqattn-bench "prefill,bf16,32,32,128,0,16,1024,1024,0" "$LOG_DIR/sass_16x1k.csv"
-    scripts/ncu_sass.sh build-gpu/gqattn-bench "prefill,bf16,32,32,128,0,1,16384,16384,0" "$LOG_DIR/sass_1x16k.csv"
-    python3 scripts/ncu_sass_diff.py "$LOG_DIR/sass_16x1k.csv" "$LOG_DIR/sass_1x16k.csv" --scale 0.0625 \
+    NCU_SASS=1 NCU_TIMEOUT=200 LOG_DIR=$LOG_DIR/sass NCU_KERNEL=attention_sm90_kernel scripts/ncu_decode.sh \
+      build-gpu/gqattn-bench "prefill,bf16,32,32,128,0,16,1024,1024,0" "prefill,bf16,32,32,128,0,1,16384,16384,0"
+    python3 scripts/ncu_sass_diff.py "$LOG_DIR/sass/ncu_1_sass.csv" "$LOG_DIR/sass/ncu_2_sass.csv" --scale 0.0625 \
       > "$LOG_DIR/sass_diff.txt" 2>&1; head -20 "$LOG_DIR/sass_diff.txt"; save
     for heads in 1 8; do
       timeout 150 scripts/profile_engine.sh build-gpu "$heads" "$LOG_DIR/prof_kv$heads.csv" \

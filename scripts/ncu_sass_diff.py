@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where case A spends more time than case B, instruction by instruction (docs/perf-notes.md, item 48).
 
-Reads two exports of scripts/ncu_sass.sh (ncu --page source --csv --print-source sass) of the same
+Reads two exports of NCU_SASS=1 scripts/ncu_decode.sh (ncu --page source --csv --print-source sass) of the same
 kernel binary, scales B's warp-state samples by --scale (A's work / B's work, e.g. 1/16 when B has
 16x A's FLOPs), and prints the instructions with the largest excess samples of A over scaled B,
 each with its two leading stall reasons, and the sums per region (regions split at the instructions
@@ -53,7 +53,7 @@ def main():
     tot_a = sum(num(r[sa]) for r in da)
     tot_b = sum(num(r[sb]) for r in db) * args.scale
     print(f"samples: A {tot_a:.0f}, B scaled {tot_b:.0f}, A / B {tot_a / tot_b:.3f}")
-    region, bounds = 0, [0]
+    bounds = [0]
     for i, r in enumerate(da):
         if re.search(args.split, r[src_a]):
             bounds.append(i)
