@@ -179,32 +179,21 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   for (int b = 0; b < plan.batch; ++b)
     max_rows = std::max(max_rows, (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size);
   const int sm = compute_capability(plan.device_id);
-  dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm);
-  const auto count_row_tiles = [&] {
-    for (int b = 0; b < plan.batch; ++b) {
-      const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
-      row_tiles[b] = (rows + kernel.cta_rows - 1) / kernel.cta_rows;
-    }
-  };
-  count_row_tiles();
-  int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
-  if (!kernel.split_kv &&
-      plan::unsplit_underfills(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kMinChunkKeys)) {
-    // A few long items on a kernel that does not split (H200: MQA decode with 4 draft tokens at
-    // batch 1 x 32K ran on one CTA of the wgmma kernel at 27 GB/s): a kernel that splits.
-    kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm, /*need_split=*/true);
-    count_row_tiles();
-    target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
+  const dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm);
+  for (int b = 0; b < plan.batch; ++b) {
+    const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
+    row_tiles[b] = (rows + kernel.cta_rows - 1) / kernel.cta_rows;
   }
+  const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);
 
   // The merge's cost is counted in keys of this kernel: where a key takes longer, the same merge
   // is fewer keys.
   const double merge_rows = static_cast<double>(plan.total_qo) * plan.num_qo_heads / kernel.key_time;
-  int kv_chunk = kernel.split_kv ? plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
-                                                        kernel.kv_tile, kMinChunkKeys, inputs.max_num_splits,
-                                                        merge_rows)
-                                 : 0;
+  // The wgmma kernel splits too: few long items (MQA decode with 4 draft tokens is one 128-row item
+  // a request) would otherwise leave most SMs idle (perf-notes item 56).
+  int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
+                                       kMinChunkKeys, inputs.max_num_splits, merge_rows);
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   // Fewer, longer chunks until the partial results fit the workspace.
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {
@@ -231,7 +220,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // a counter (the list holds each head's longest row tiles first), its producer loading the next
   // item while the consumers finish the current one.
   if (kernel.family == kernels::Family::kPrefillSm90) {
-    plan::order_longest_first(list, group_size, kernel.cta_rows, plan.causal);
+    // A split list keeps each request's chunks in order for the merge.
+    if (!list.split) plan::order_longest_first(list, group_size, kernel.cta_rows, plan.causal);
     // Persistent for every K/V source: the producer loads the next item's first tiles while the
     // consumers finish the current one.
     if (!inputs.enable_cuda_graph) plan.num_ctas = std::min(plan.num_work, target_ctas);

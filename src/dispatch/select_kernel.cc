@@ -22,7 +22,6 @@ KernelChoice entry() {
   c.family = F;
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
-  c.split_kv = F != Family::kPrefillSm90;
   c.key_time = F == Family::kDecode ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
@@ -81,7 +80,7 @@ bool sm90_disabled() {
   return disabled;
 }
 
-KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, bool need_split) {
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
@@ -90,8 +89,7 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                   : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
                                                        : Family::kPrefill;
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).
-  // It does not split keys, so a plan that needs splits (plan::unsplit_underfills) keeps the portable one.
-  if (family == Family::kPrefill && sm == 90 && !sm90_disabled() && !need_split) {
+  if (family == Family::kPrefill && sm == 90 && !sm90_disabled()) {
     for (const KernelChoice& c : table())
       if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
   }

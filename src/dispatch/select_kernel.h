@@ -16,7 +16,6 @@ struct KernelChoice {
   kernels::Family family = kernels::Family::kDecode;
   int cta_rows = 0;  // packed query rows per work item
   int kv_tile = 0;   // keys per pipeline tile
-  bool split_kv = true;  // whether items may be key chunks merged afterwards (the wgmma kernel: no)
   // Time per key relative to the decode family's, the split heuristic's unit (H200, unsplit MQA
   // and GQA-8 at 128 x 512: decode_wide 23.6 us, decode 17.3 us); the wider families use 1.36.
   double key_time = 1.0;
@@ -27,11 +26,10 @@ struct KernelChoice {
 // Picks the variant for `max_packed_rows` = the largest group_size x qo_len of the batch: the
 // decode family up to 16 rows, decode_mid up to 32 (head_dim <= 128), decode_wide up to 64, prefill above
 // (attention_config.h); on a device of compute capability `sm` = 90 the prefill rows go to the
-// wgmma kernel when it was built (GQATTN_CUDA_ARCHS with 90a), GQATTN_DISABLE_SM90 is not set
-// and `need_split` is false (the wgmma kernel does not split keys; the planner asks for splits
-// when few long items would leave the GPU idle, plan::unsplit_underfills).
-// Throws gqattn::Error naming GQATTN_HEAD_DIMS / GQATTN_DTYPES when the variant was not built.
-KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, bool need_split = false);
+// wgmma kernel when it was built (GQATTN_CUDA_ARCHS with 90a) and GQATTN_DISABLE_SM90 is not set.
+// Every kernel may split keys (items of key chunks, merged afterwards), as plan::choose_kv_chunk
+// decides. Throws gqattn::Error naming GQATTN_HEAD_DIMS / GQATTN_DTYPES when the variant was not built.
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0);
 // Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
 bool sm90_disabled();
 // The kernel table row chosen earlier by select_kernel (for run()).

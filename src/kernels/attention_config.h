@@ -55,8 +55,10 @@ struct AttnConfig<Family::kDecodeWide, HeadDim> {
   static constexpr int kWarpsM = HeadDim <= 128 ? 2 : 4;
   static constexpr int kMTiles = HeadDim <= 128 ? 2 : 1;
   static constexpr int kWarpsKV = HeadDim <= 128 ? 2 : 1;
-  static constexpr int kKVTile = 64;
-  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // two CTAs per SM at hd <= 128
+  // hd256: 32-key tiles, so that two stages (64 KB) and Q (32 KB) leave room for two CTAs per SM
+  // (64-key tiles took 160 KB: one CTA of four warps an SM; the decode family's item 47).
+  static constexpr int kKVTile = HeadDim <= 128 ? 64 : 32;
+  static constexpr int kStages = HeadDim <= 128 ? 3 : 2;  // two CTAs per SM
 };
 
 template <int HeadDim>

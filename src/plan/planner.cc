@@ -54,19 +54,6 @@ Plan describe(const PlanInputs& in, bool is_decode) {
   return p;
 }
 
-bool unsplit_underfills(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
-                        int target_ctas, int min_chunk) {
-  GQ_CHECK(kv_len.size() == row_tiles.size(), "unsplit_underfills: kv_len and row_tiles differ in size");
-  int64_t items = 0;
-  bool splittable = false;
-  for (size_t b = 0; b < kv_len.size(); ++b) {
-    if (kv_len[b] == 0) continue;
-    items += static_cast<int64_t>(row_tiles[b]) * num_kv_heads;
-    splittable = splittable || kv_len[b] >= 2 * min_chunk;
-  }
-  return splittable && 2 * items < target_ctas;
-}
-
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
                     double merge_rows) {
@@ -98,15 +85,17 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   for (int64_t splits = 2;; ++splits) {
     if (max_splits > 1 && splits > max_splits) break;
     const int64_t chunk = ceil_div(ceil_div(max_kv, splits), kv_tile) * kv_tile;
-    if (chunk < min_chunk || chunk >= max_kv) {
-      if (chunk < min_chunk) break;
-      continue;
+    if (chunk < min_chunk) break;
+    if (chunk < max_kv) {
+      const double c = cost(chunk) + kMergeFixedKeys + kMergeKeysPerRow * merge_rows;
+      if (c < best_cost * kMinGain) {
+        best_cost = c;
+        best_chunk = chunk;
+      }
     }
-    const double c = cost(chunk) + kMergeFixedKeys + kMergeKeysPerRow * merge_rows;
-    if (c < best_cost * kMinGain) {
-      best_cost = c;
-      best_chunk = chunk;
-    }
+    // Every larger split count rounds to this one tile: nothing new to score (a kernel whose tile
+    // is min_chunk keys, the wgmma one at hd128, never gets below min_chunk to stop above).
+    if (chunk == kv_tile) break;
   }
   return best_chunk >= max_kv ? 0 : static_cast<int>(best_chunk);
 }

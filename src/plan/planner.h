@@ -29,14 +29,6 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
                     double merge_rows = 0);
 
-// Whether a kernel that cannot split keys would leave the GPU mostly idle: fewer unsplit items
-// (row tiles x K/V heads) than half of `target_ctas`, while some request has enough keys
-// (>= 2 x min_chunk) for a split to spread it. Then a split-capable kernel is the better choice
-// (e.g. MQA decode with 4 draft tokens is one 128-row item per request: at batch 1 x 32K keys it
-// ran at 27 GB/s on one CTA of the H200's wgmma kernel, 455 GB/s split on the portable kernel).
-bool unsplit_underfills(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
-                        int target_ctas, int min_chunk);
-
 struct WorkList {
   std::vector<WorkItem> items;
   std::vector<MergeRequest> requests;

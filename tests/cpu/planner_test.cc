@@ -96,6 +96,17 @@ TEST(ChooseKvChunk, SplitsWhenBatchTimesKvHeadsIsSmall) {
   EXPECT_EQ(chunk % kKvTile, 0);
 }
 
+// A tile as long as the shortest chunk (the wgmma kernel at hd128: 128 keys): the split counts
+// end once every chunk is one tile (the search looped forever there before).
+TEST(ChooseKvChunk, TileOfMinChunkKeysEnds) {
+  for (int max_kv : {1, 100, 128, 129, 200, 256, 300, 20011}) {
+    const int chunk = plan::choose_kv_chunk({max_kv}, {1}, 1, kTargetCtas, 128, 128, 0);
+    EXPECT_TRUE(chunk == 0 || (chunk % 128 == 0 && chunk < max_kv)) << max_kv << ": " << chunk;
+  }
+  EXPECT_EQ(plan::choose_kv_chunk({128}, {1}, 1, kTargetCtas, 128, 128, 0), 0);
+  EXPECT_EQ(plan::choose_kv_chunk({20011}, {1}, 1, kTargetCtas, 128, 128, 0), 128);  // 157 chunks fill the GPU
+}
+
 TEST(ChooseKvChunk, NoSplitWhenTheMergeCostsMoreThanItSaves) {
   // MQA, 128 requests x 512 keys: 128 items half-fill the GPU; two chunks each would halve the
   // longest item, but the merge of 128 x 32 rows costs more (H200: 1.35x faster unsplit).
@@ -227,24 +238,6 @@ TEST(BuildWorkList, NoSplitMeansDirectOutput) {
   EXPECT_EQ(list.partial_rows, 0);
   for (const WorkItem& w : list.items) EXPECT_EQ(w.partial_base, -1);
   EXPECT_EQ(list.items.size(), size_t(2 * 8));  // 2 requests x 8 kv heads x 1 tile (4 rows)
-}
-
-TEST(UnsplitUnderfills, FewLongItemsGoToASplittingKernel) {
-  const int ctas = 132, min_chunk = 256;
-  // MQA decode with 4 draft tokens (128 packed rows): one item per request.
-  EXPECT_TRUE(plan::unsplit_underfills({32768}, {1}, 1, ctas, min_chunk));
-  EXPECT_FALSE(plan::unsplit_underfills(std::vector<int32_t>(128, 32768), std::vector<int32_t>(128, 1), 1, ctas,
-                                        min_chunk));
-  // Chunked prefill, 512 new tokens of GQA-8 over 8704 keys: 16 row tiles x 8 heads fill the GPU.
-  EXPECT_FALSE(plan::unsplit_underfills({8704}, {16}, 8, ctas, min_chunk));
-  // Too few keys for a split to spread anything.
-  EXPECT_FALSE(plan::unsplit_underfills({300}, {1}, 1, ctas, min_chunk));
-  // Empty requests count for nothing.
-  EXPECT_TRUE(plan::unsplit_underfills({0, 32768}, {5, 1}, 1, ctas, min_chunk));
-  EXPECT_FALSE(plan::unsplit_underfills({0}, {5}, 1, ctas, min_chunk));
-  // The boundary: 65 items are under half of 132, 66 are not.
-  EXPECT_TRUE(plan::unsplit_underfills({4096}, {65}, 1, ctas, min_chunk));
-  EXPECT_FALSE(plan::unsplit_underfills({4096}, {66}, 1, ctas, min_chunk));
 }
 
 TEST(BuildWorkList, LongestFirstWithinEachHeadKeepsEveryItem) {

@@ -173,6 +173,23 @@ TEST(GpuDecode, SplitKVLongContextMatchesUnsplit) {
   }
 }
 
+// MQA with 4 draft tokens is one 128-row item a request: the wgmma kernel on sm_90 (the portable
+// prefill kernel elsewhere), split into key chunks and merged when few requests would leave the
+// GPU idle; every head dim built, split and unsplit, both layouts.
+TEST(GpuDecode, DraftTokensWithManyRowsSplitLikeUnsplit) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  uint64_t seed = 1500;
+  for (int head_dim : info.head_dims) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      const std::vector<int32_t> kv_len = {20011, 4, 1300};
+      check_decode(info.dtypes.front(), Heads{32, 1}, head_dim, 16, 4, layout, kv_len, seed, /*max_num_splits=*/0);
+      check_decode(info.dtypes.front(), Heads{32, 1}, head_dim, 16, 4, layout, kv_len, seed, /*max_num_splits=*/1);
+      ++seed;
+    }
+  }
+}
+
 TEST(GpuDecode, BitwiseDeterministic) {
   GQ_REQUIRE_GPU();
   DecodeResult a, b;
@@ -568,9 +585,7 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 17, 90).family, mid);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, mid);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
-    // A plan that needs key splits keeps the portable kernel (the wgmma one does not split).
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90, true).family,
-              kernels::Family::kPrefill);
+    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 65, 90).family, kernels::Family::kPrefillSm90);
   }
 }
 
