@@ -252,6 +252,81 @@ def summary_line(fam: Family) -> str:
             f"range {min(ratios):.2f}x to {max(ratios):.2f}x.")
 
 
+# ---- the issues' targets (docs/perf-notes.md quotes them per session) ------------------------
+
+DECODE_TARGET_GBS = 4200.0     # issue 3: every config with >= 1 GB of K/V
+DECODE_BIG_BYTES = 1e9
+DECODE_MIN_US = 12.0           # issue 3: no slower than max(K/V bytes / 4.2 TB/s, 12 us)
+PEER_STREAMING = 0.90          # a peer at >= 90% of the read ceiling: within 3% of it counts
+PEER_STREAMING_SLACK = 0.97
+PREFILL_PEER = "sdpa_cudnn"    # issue 5: faster than cuDNN, or within 2%
+PREFILL_PEER_SLACK = 0.98
+PAGED_SLACK = 0.90             # issue 5: paged K/V (page 16 and 64) within 10% of contiguous
+PAGED_SIZES = ("16", "64")
+
+
+def kv_bytes(config: Config) -> float:
+    """Bytes of K and V a decode config reads (2-byte elements, fp32 4)."""
+    c = dict(zip(CONFIG_FIELDS, config))
+    elem = 4 if c["dtype"] == "fp32" else 2
+    return 2.0 * elem * int(c["batch"]) * int(c["kv_len"]) * int(c["num_kv_heads"]) * int(c["head_dim"])
+
+
+def ours_ok(cell: dict[str, Row]) -> Optional[Row]:
+    row = cell.get(OURS)
+    return row if row is not None and is_ok(row) else None
+
+
+def decode_target_lines(fam: Family) -> list[str]:
+    big = [(cfg, r) for cfg, cell in fam.configs.items() if (r := ours_ok(cell)) and kv_bytes(cfg) >= DECODE_BIG_BYTES]
+    misses = [f"{short_label(cfg)} {float(r['achieved']):.0f}" for cfg, r in big
+              if float(r["achieved"]) < DECODE_TARGET_GBS]
+    timed = [(cfg, r) for cfg, cell in fam.configs.items() if (r := ours_ok(cell)) and to_float(r["median_us"]) > 0]
+    floor_ok = sum(to_float(r["median_us"]) <= max(kv_bytes(cfg) / DECODE_TARGET_GBS / 1e3, DECODE_MIN_US)
+                   for cfg, r in timed)
+    peer_ok = compared = 0
+    for cell in fam.configs.values():
+        r, best = ratio(cell), best_peer(cell)
+        if r is None or best is None:
+            continue
+        compared += 1
+        streaming = fam.ceiling is not None and float(best["achieved"]) >= PEER_STREAMING * fam.ceiling.value
+        peer_ok += r > 1.0 or (streaming and r >= PEER_STREAMING_SLACK)
+    lines = [f"Targets (issue 3): >= {DECODE_TARGET_GBS / 1e3:.1f} TB/s in {len(big) - len(misses)} of the "
+             f"{len(big)} configs with >= 1 GB of K/V" + (f" (below: {'; '.join(misses)})" if misses else "") + "; "
+             f"no slower than max(K/V bytes / {DECODE_TARGET_GBS / 1e3:.1f} TB/s, {DECODE_MIN_US:.0f} us) in "
+             f"{floor_ok} of {len(timed)}; faster than every peer (within 3% of one streaming at >= 90% of "
+             f"the ceiling) in {peer_ok} of {compared}."]
+    return lines
+
+
+def prefill_target_lines(fam: Family) -> list[str]:
+    vs_peer = [r for cell in fam.configs.values()
+               if (r := ours_ok(cell)) and PREFILL_PEER in cell and is_ok(cell[PREFILL_PEER])]
+    near = sum(float(r["achieved"]) >= PREFILL_PEER_SLACK * float(fam.configs[config_of(r)][PREFILL_PEER]["achieved"])
+               for r in vs_peer)
+    page = CONFIG_FIELDS.index("page_size")
+    pairs = within = 0
+    for cfg, cell in fam.configs.items():
+        paged = ours_ok(cell)
+        if paged is None or cfg[page] not in PAGED_SIZES:
+            continue
+        contig = ours_ok(fam.configs.get(cfg[:page] + ("0",) + cfg[page + 1:], {}))
+        if contig is None:
+            continue
+        pairs += 1
+        within += float(paged["achieved"]) >= PAGED_SLACK * float(contig["achieved"])
+    return [f"Targets (issue 5): faster than {PREFILL_PEER} or within 2% in {near} of {len(vs_peer)}; "
+            f"paged K/V (page {' and '.join(PAGED_SIZES)}) within 10% of contiguous in {within} of {pairs} pairs."]
+
+
+def config_of(row: Row) -> Config:
+    return tuple(row[c] for c in CONFIG_FIELDS)
+
+
+TARGET_LINES = {"decode": decode_target_lines, "prefill": prefill_target_lines}
+
+
 def family_section(fam: Family) -> list[str]:
     legend = FailureLegend()
     ceiling = (f"{fam.ceiling.impl} {fmt_value(fam.ceiling.value, fam.ceiling.unit)} "
@@ -260,6 +335,7 @@ def family_section(fam: Family) -> list[str]:
     header += fam.impls + ["best peer", "ours / best peer", "ours % of ceiling"]
     lines = [f"## {fam.name} ({fam.unit}; ceiling {ceiling})", "",
              FIGURE_TEXT.get(fam.name, ""), "", summary_line(fam), "",
+             *(TARGET_LINES[fam.name](fam) + [""] if fam.name in TARGET_LINES else []),
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += [table_row(config, cell, fam, legend) for config, cell in fam.configs.items()]
     if legend.letters:

@@ -1,0 +1,54 @@
+"""bench/report.py: the issues' target lines under each family's table (plain Python, no GPU;
+the plot, which needs matplotlib, is not drawn)."""
+import importlib.util
+import sys
+from pathlib import Path
+
+REPORT = Path(__file__).resolve().parents[2] / "bench" / "report.py"
+spec = importlib.util.spec_from_file_location("gqattn_bench_report", REPORT)
+report = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = report  # dataclasses look their module up
+spec.loader.exec_module(report)
+
+
+def row(family, impl, heads_kv, page, batch, kv_len, us, achieved, unit, qo_len=1):
+    return {"family": family, "impl": impl, "dtype": "bf16", "num_qo_heads": "32", "num_kv_heads": str(heads_kv),
+            "head_dim": "128", "page_size": str(page), "batch": str(batch), "qo_len": str(qo_len),
+            "kv_len": str(kv_len), "causal": "1", "median_us": str(us), "achieved": str(achieved), "unit": unit,
+            "pct_of_ceiling": "", "status": "ok"}
+
+
+def families(rows):
+    ceilings = report.ceilings_of(rows)
+    return {f.name: f for f in report.group_families(rows, ceilings)}
+
+
+def test_decode_targets_count_big_configs_the_floor_and_the_peers():
+    ceiling = {**row("ceiling", "read", 1, 0, 1, 1, 0, 4600, "GB/s"), "family": "ceiling"}
+    rows = [ceiling,
+            # 128 x 32K GQA-8: 17.2 GB of K/V; 4400 GB/s meets 4.2 TB/s and its floor (4090 us)
+            row("decode", "gqattn", 8, 16, 128, 32768, 3904.0, 4400, "GB/s"),
+            row("decode", "sdpa_cudnn", 8, 16, 128, 32768, 3860.0, 4450, "GB/s"),  # streaming: 0.989x counts
+            # 64 x 32K MQA: 1.07 GB, 3800 GB/s misses 4.2 TB/s and its floor (256 us); its peer is slower
+            row("decode", "gqattn", 1, 16, 64, 32768, 282.0, 3800, "GB/s"),
+            row("decode", "sdpa_cudnn", 1, 16, 64, 32768, 300.0, 3500, "GB/s"),
+            # a small config: 13 us against the 12 us floor; the peer (not streaming) is faster
+            row("decode", "gqattn", 8, 16, 1, 512, 13.0, 200, "GB/s"),
+            row("decode", "sdpa_cudnn", 8, 16, 1, 512, 12.0, 220, "GB/s")]
+    line = report.decode_target_lines(families(rows)["decode"])[0]
+    assert ">= 4.2 TB/s in 1 of the 2 configs with >= 1 GB of K/V" in line
+    assert "32/1 d128 p16 b64 q1 kv32K 3800" in line
+    assert "12 us) in 1 of 3" in line
+    assert "in 2 of 3." in line
+
+
+def test_prefill_targets_compare_with_cudnn_and_pair_paged_with_contiguous():
+    rows = [row("prefill", "gqattn", 8, 0, 1, 16384, 1.0, 640, "TFLOP/s", 16384),
+            row("prefill", "sdpa_cudnn", 8, 0, 1, 16384, 1.0, 650, "TFLOP/s", 16384),   # 0.985x: within 2%
+            row("prefill", "gqattn", 8, 16, 1, 16384, 1.0, 560, "TFLOP/s", 16384),     # 0.875x of contiguous
+            row("prefill", "sdpa_cudnn", 8, 16, 1, 16384, 1.0, 650, "TFLOP/s", 16384),
+            row("prefill", "gqattn", 8, 64, 1, 16384, 1.0, 600, "TFLOP/s", 16384),     # 0.94x: within 10%
+            row("prefill", "gqattn", 8, 1, 1, 16384, 1.0, 300, "TFLOP/s", 16384)]      # page 1: not a pair
+    line = report.prefill_target_lines(families(rows)["prefill"])[0]
+    assert "faster than sdpa_cudnn or within 2% in 1 of 2" in line
+    assert "within 10% of contiguous in 1 of 2 pairs" in line
