@@ -14,6 +14,8 @@ from pathlib import Path
 # TensorRT-LLM, Llama-2-7B, one A100 80GB, 128 requests x (32 + 992) tokens (the reference point).
 TRT_LLM_A100_S = {32: 133.40, 8: 44.74, 1: 29.17}
 NAMES = {32: "MHA", 8: "GQA-8", 1: "MQA"}
+# Issue 7's targets on the H200 (gqattn, bf16, all 128 requests admitted: the default pool).
+TARGET_S = {32: 14.0, 8: 6.0, 1: 3.8}
 
 
 def read_rows(paths: list) -> list:
@@ -58,7 +60,21 @@ def write_markdown(rows: list, out: Path, args: argparse.Namespace) -> None:
             f"| {r['num_kv_heads']} ({NAMES.get(int(r['num_kv_heads']), '')}) | {r['attention']} | {r['kv_pool_gib']} "
             f"| {r['seconds']} | {r['output_tokens_per_s']} | {r['mean_step_ms']} | {r['floor_s']} "
             f"| {r['ratio_to_floor']} | {ref} | {r['status']} |")
+    lines += ["", target_line(rows)]
     out.write_text("\n".join(lines) + "\n")
+
+
+def target_line(rows: list) -> str:
+    """Issue 7's targets against the gqattn rows with the default pool."""
+    parts = []
+    for r in rows:
+        heads = int(r["num_kv_heads"])
+        if group_of(r) != 0 or heads not in TARGET_S or r["status"] != "ok":
+            continue
+        seconds, target = float(r["seconds"]), TARGET_S[heads]
+        verdict = "met" if seconds <= target else f"missed by {100.0 * (seconds / target - 1.0):.1f}%"
+        parts.append(f"{NAMES[heads]} {seconds:.2f} s against {target:g} s ({verdict})")
+    return "Targets (issue 7): " + ("; ".join(parts) if parts else "no gqattn row with the default pool") + "."
 
 
 def write_plot(rows: list, out: Path) -> None:

@@ -52,3 +52,16 @@ def test_prefill_targets_compare_with_cudnn_and_pair_paged_with_contiguous():
     line = report.prefill_target_lines(families(rows)["prefill"])[0]
     assert "faster than sdpa_cudnn or within 2% in 1 of 2" in line
     assert "within 10% of contiguous in 1 of 2 pairs" in line
+
+
+def test_e2e_target_line_reads_the_default_pool_gqattn_rows():
+    spec = importlib.util.spec_from_file_location("gqattn_e2e_report", REPORT.parent / "e2e_report.py")
+    e2e = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e2e)
+    base = {"status": "ok", "kv_pool_gib": "", "attention": "gqattn"}
+    rows = [{**base, "num_kv_heads": "32", "seconds": "13.9"},
+            {**base, "num_kv_heads": "1", "seconds": "4.18"},
+            {**base, "num_kv_heads": "1", "seconds": "9.0", "kv_pool_gib": "55"},  # not the default pool
+            {**base, "num_kv_heads": "8", "seconds": "20.0", "attention": "expand"}]
+    line = e2e.target_line(rows)
+    assert line == "Targets (issue 7): MHA 13.90 s against 14 s (met); MQA 4.18 s against 3.8 s (missed by 10.0%)."
