@@ -266,10 +266,9 @@ PAGED_SIZES = ("16", "64")
 
 
 def kv_bytes(config: Config) -> float:
-    """Bytes of K and V a decode config reads (2-byte elements, fp32 4)."""
+    """Bytes of K and V a decode config reads (bf16 / fp16: 2-byte elements)."""
     c = dict(zip(CONFIG_FIELDS, config))
-    elem = 4 if c["dtype"] == "fp32" else 2
-    return 2.0 * elem * int(c["batch"]) * int(c["kv_len"]) * int(c["num_kv_heads"]) * int(c["head_dim"])
+    return 2.0 * 2 * int(c["batch"]) * int(c["kv_len"]) * int(c["num_kv_heads"]) * int(c["head_dim"])
 
 
 def ours_ok(cell: dict[str, Row]) -> Optional[Row]:
@@ -292,19 +291,17 @@ def decode_target_lines(fam: Family) -> list[str]:
         compared += 1
         streaming = fam.ceiling is not None and float(best["achieved"]) >= PEER_STREAMING * fam.ceiling.value
         peer_ok += r > 1.0 or (streaming and r >= PEER_STREAMING_SLACK)
-    lines = [f"Targets (issue 3): >= {DECODE_TARGET_GBS / 1e3:.1f} TB/s in {len(big) - len(misses)} of the "
-             f"{len(big)} configs with >= 1 GB of K/V" + (f" (below: {'; '.join(misses)})" if misses else "") + "; "
-             f"no slower than max(K/V bytes / {DECODE_TARGET_GBS / 1e3:.1f} TB/s, {DECODE_MIN_US:.0f} us) in "
-             f"{floor_ok} of {len(timed)}; faster than every peer (within 3% of one streaming at >= 90% of "
-             f"the ceiling) in {peer_ok} of {compared}."]
-    return lines
+    return [f"Targets (issue 3): >= {DECODE_TARGET_GBS / 1e3:.1f} TB/s in {len(big) - len(misses)} of the "
+            f"{len(big)} configs with >= 1 GB of K/V" + (f" (below: {'; '.join(misses)})" if misses else "") + "; "
+            f"no slower than max(K/V bytes / {DECODE_TARGET_GBS / 1e3:.1f} TB/s, {DECODE_MIN_US:.0f} us) in "
+            f"{floor_ok} of {len(timed)}; faster than every peer (within 3% of one streaming at >= 90% of "
+            f"the ceiling) in {peer_ok} of {compared}."]
 
 
 def prefill_target_lines(fam: Family) -> list[str]:
-    vs_peer = [r for cell in fam.configs.values()
+    vs_peer = [(float(r["achieved"]), float(cell[PREFILL_PEER]["achieved"])) for cell in fam.configs.values()
                if (r := ours_ok(cell)) and PREFILL_PEER in cell and is_ok(cell[PREFILL_PEER])]
-    near = sum(float(r["achieved"]) >= PREFILL_PEER_SLACK * float(fam.configs[config_of(r)][PREFILL_PEER]["achieved"])
-               for r in vs_peer)
+    near = sum(ours >= PREFILL_PEER_SLACK * peer for ours, peer in vs_peer)
     page = CONFIG_FIELDS.index("page_size")
     pairs = within = 0
     for cfg, cell in fam.configs.items():
@@ -318,10 +315,6 @@ def prefill_target_lines(fam: Family) -> list[str]:
         within += float(paged["achieved"]) >= PAGED_SLACK * float(contig["achieved"])
     return [f"Targets (issue 5): faster than {PREFILL_PEER} or within 2% in {near} of {len(vs_peer)}; "
             f"paged K/V (page {' and '.join(PAGED_SIZES)}) within 10% of contiguous in {within} of {pairs} pairs."]
-
-
-def config_of(row: Row) -> Config:
-    return tuple(row[c] for c in CONFIG_FIELDS)
 
 
 TARGET_LINES = {"decode": decode_target_lines, "prefill": prefill_target_lines}

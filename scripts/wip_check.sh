@@ -16,6 +16,7 @@ LOG_DIR=${LOG_DIR:-/tmp/wip-logs}
 GTEST=${GQATTN_GTEST_SOURCE_DIR:-$ROOT/.deps/googletest}
 PATCHES=${*:-$(ls wip/*.patch)}
 status=0
+TEST_TIMEOUT=${WIP_TEST_TIMEOUT:-200}  # seconds a test run (they take 65-100 s)
 HEAD_DIMS=${WIP_HEAD_DIMS:-128}  # e.g. WIP_HEAD_DIMS="256" for a patch aimed at hd256
 SWEEP_DIMS=${WIP_SWEEP_DIMS:-$HEAD_DIMS}
 # Most GPU tests run at hd128 only, so hd128 is always built (session 12: an hd256-only build
@@ -42,17 +43,17 @@ for patch in $PATCHES; do
     cmake --build "$dir/build" -j "$(nproc)" > "$logs/build.log" 2>&1 || { echo "$name: build failed"; status=1; continue; }
   T=$dir/build/tests/gqattn_gpu_tests
   # A hang (a kernel deadlock, or the host looping: session 13's split search) must not take the
-  # whole call: WIP_TEST_TIMEOUT seconds a run (the tests take 65-100 s), and a patch whose first
-  # test run timed out gets nothing more (its other runs would hang the same way).
-  timeout "${WIP_TEST_TIMEOUT:-200}" "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1
+  # whole call: TEST_TIMEOUT seconds a run, and a patch whose first test run timed out gets
+  # nothing more (its other runs would hang the same way).
+  timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1
   rc=$?
   if [ $rc -eq 124 ]; then
-    echo "$name: tests timed out after ${WIP_TEST_TIMEOUT:-200} s in $(grep '^\[ RUN' "$logs/tests.log" | tail -1 | cut -c14-); skipped"
+    echo "$name: tests timed out after $TEST_TIMEOUT s in $(grep '^\[ RUN' "$logs/tests.log" | tail -1 | cut -c14-); skipped"
     status=1; continue
   fi
   [ $rc -eq 0 ] || status=1
-  GQATTN_DISABLE_SM90=1 timeout "${WIP_TEST_TIMEOUT:-200}" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
-  timeout "${WIP_TEST_TIMEOUT:-200}" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
+  GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
+  timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
     > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
   tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
   # The family whose sweep runs: from the patch's name (decode-*, prefill-* / sm90-*), else from
