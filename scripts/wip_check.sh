@@ -8,7 +8,11 @@
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
 # Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
 #   [WIP_SWEEP_FILE=bench/sweeps/x.csv] [WIP_TEST_TIMEOUT=200] [WIP_BENCH_TIMEOUT=300]
-#   scripts/wip_check.sh [patch ...]   (WIP_SWEEP_DIMS: the head dims whose sweep rows run; default WIP_HEAD_DIMS)
+#   [WIP_NO_TESTS="name ..."] scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
+# (WIP_SWEEP_DIMS: the head dims whose sweep rows run, default WIP_HEAD_DIMS; a patch's own
+# @sweep.csv and @rounds override WIP_SWEEP_FILE and WIP_ROUNDS for it, so patches aimed at
+# different rows share one call and one build of main; WIP_NO_TESTS: patches, by name, whose
+# GPU tests already passed unchanged, measured only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,7 +36,9 @@ tar cf - --exclude=./build* --exclude=./.git . | tar xf - -C "$main_dir"
 configure "$main_dir" "$main_dir/build" "$LOG_DIR/main_configure.log" &&
   cmake --build "$main_dir/build" -j "$(nproc)" --target gqattn-bench > "$LOG_DIR/main_build.log" 2>&1 ||
   { echo "main: build failed"; exit 1; }
-for patch in $PATCHES; do
+for spec in $PATCHES; do
+  IFS=@ read -r patch sweep_file rounds <<< "$spec"
+  sweep_file=${sweep_file:-${WIP_SWEEP_FILE:-}} rounds=${rounds:-${WIP_ROUNDS:-2}}
   name=$(basename "$patch" .patch)
   dir=/tmp/wip-tree-$name logs=$LOG_DIR/$name
   rm -rf "$dir" && mkdir -p "$dir" "$logs"
@@ -42,34 +48,39 @@ for patch in $PATCHES; do
   configure "$dir" "$dir/build" "$logs/configure.log" &&
     cmake --build "$dir/build" -j "$(nproc)" > "$logs/build.log" 2>&1 || { echo "$name: build failed"; status=1; continue; }
   T=$dir/build/tests/gqattn_gpu_tests
-  # A hang (a kernel deadlock, or the host looping: session 13's split search) must not take the
-  # whole call: TEST_TIMEOUT seconds a run, and a patch whose first test run timed out gets
-  # nothing more (its other runs would hang the same way).
-  timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1
-  rc=$?
-  if [ $rc -eq 124 ]; then
-    echo "$name: tests timed out after $TEST_TIMEOUT s in $(grep '^\[ RUN' "$logs/tests.log" | tail -1 | cut -c14-); skipped"
-    status=1; continue
+  if [[ " ${WIP_NO_TESTS:-} " == *" $name "* ]]; then echo "tests: skipped (WIP_NO_TESTS)"; else
+    # A hang (a kernel deadlock, or the host looping: session 13's split search) must not take the
+    # whole call: TEST_TIMEOUT seconds a run, and a patch whose first test run timed out gets
+    # nothing more (its other runs would hang the same way).
+    timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*:GpuDecode.*' > "$logs/tests.log" 2>&1
+    rc=$?
+    if [ $rc -eq 124 ]; then
+      echo "$name: tests timed out after $TEST_TIMEOUT s in $(grep '^\[ RUN' "$logs/tests.log" | tail -1 | cut -c14-); skipped"
+      status=1; continue
+    fi
+    [ $rc -eq 0 ] || status=1
+    GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
+    timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
+      > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
+    tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
   fi
-  [ $rc -eq 0 ] || status=1
-  GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
-  timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
-    > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
-  tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
-  # The family whose sweep runs: from the patch's name (decode-*, prefill-* / sm90-*), else from
-  # what it touches.
-  case $name in
-    decode-*) fam=decode ;;
-    prefill-*|sm90-*) fam=prefill ;;
-    *) fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode) ;;
-  esac
-  awk -F, -v dims=";$SWEEP_DIMS;" 'NR == 1 || index(dims, ";" $5 ";") > 0' "${WIP_SWEEP_FILE:-bench/sweeps/$fam.csv}" \
+  # The family whose sweep runs: the sweep file's, else from the patch's name (decode-*,
+  # prefill-* / sm90-*), else from what it touches.
+  if [ -n "$sweep_file" ]; then fam=$(awk -F, 'NR == 2 { print $1 }' "$sweep_file")
+  else
+    case $name in
+      decode-*) fam=decode ;;
+      prefill-*|sm90-*) fam=prefill ;;
+      *) fam=$(grep -q "attention_sm90\|planner" "$patch" && echo prefill || echo decode) ;;
+    esac
+  fi
+  awk -F, -v dims=";$SWEEP_DIMS;" 'NR == 1 || index(dims, ";" $5 ";") > 0' "${sweep_file:-bench/sweeps/$fam.csv}" \
     > "$logs/sweep.csv"  # the head dims asked for (built); WIP_SWEEP_FILE: a shorter sweep of the same columns
   # WIP_ROUNDS sweeps per binary in the order main, patch, patch, main, main, ... (a drift over
   # the call falls on both alike); compare.py takes each row's best run and reports how far
   # main's own runs differed, the noise this call cannot resolve.
   main_csvs="" ours_csvs=""
-  for ((r = 1; r <= ${WIP_ROUNDS:-2}; ++r)); do
+  for ((r = 1; r <= rounds; ++r)); do
     order="main ours"; ((r % 2 == 0)) && order="ours main"
     for who in $order; do
       bin=$([ "$who" = main ] && echo "$main_dir" || echo "$dir")/build/gqattn-bench
@@ -80,6 +91,7 @@ for patch in $PATCHES; do
   done
   python3 bench/compare.py "$main_csvs" "$ours_csvs" > "$logs/compare.txt" 2>&1
   tail -1 "$logs/compare.txt"
+  [ -n "${OUT:-}" ] && tar czf "$OUT/wip_logs.tgz" -C "$LOG_DIR" .  # what finished, should the call time out
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/wip_logs.tgz" -C "$LOG_DIR" .
 exit $status

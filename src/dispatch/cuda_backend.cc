@@ -175,11 +175,18 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
            "-byte aligned");
   const int group_size = plan.num_qo_heads / plan.num_kv_heads;
   int max_rows = 0;
+  // Requests with query rows x K/V heads: the items of a kernel with a row tile >= max_rows. From the
+  // batch, not the lengths, so that a CUDA graph's plans keep one kernel.
+  int64_t requests_x_kv_heads = 0;
   std::vector<int32_t> row_tiles(plan.batch);
-  for (int b = 0; b < plan.batch; ++b)
-    max_rows = std::max(max_rows, (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size);
+  for (int b = 0; b < plan.batch; ++b) {
+    const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
+    max_rows = std::max(max_rows, rows);
+    if (rows > 0) requests_x_kv_heads += plan.num_kv_heads;
+  }
   const int sm = compute_capability(plan.device_id);
-  const dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm);
+  const dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm,
+                                                                requests_x_kv_heads, num_sms(plan.device_id));
   for (int b = 0; b < plan.batch; ++b) {
     const int rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
     row_tiles[b] = (rows + kernel.cta_rows - 1) / kernel.cta_rows;

@@ -72,6 +72,8 @@ const std::vector<KernelChoice>& table() {
 constexpr int kDecodeRows = AttnShape<Family::kDecode, 128>::kCtaRows;
 constexpr int kDecodeMidRows = AttnShape<Family::kDecodeMid, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
+// The share of the SMs the wgmma kernel's decode items must fill (H200: 116 of 132) to take 17..64 rows.
+constexpr double kWgmmaDecodeFill = 0.875;
 
 }  // namespace
 
@@ -80,7 +82,8 @@ bool sm90_disabled() {
   return disabled;
 }
 
-KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm) {
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, int64_t requests_x_kv_heads,
+                           int num_sms) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
@@ -88,8 +91,15 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                       ? Family::kDecodeMid
                   : max_packed_rows <= kDecodeWideRows ? Family::kDecodeWide
                                                        : Family::kPrefill;
+  // Decode rows of the wider families on the wgmma kernel where its 128-row items (one a request and
+  // K/V head at <= 64 rows) fill at least kWgmmaDecodeFill of the SMs. Measured at hd128 only
+  // (session 13's table: MQA with 4 draft tokens on the wgmma kernel against MQA on decode_mid, the
+  // same K/V: 128 x 2K 45.5 against 60.6 us, 128 x 32K 554 against 564; at 32 requests the wgmma
+  // kernel splits and loses, 30.6 against 24.7 us at 2K).
+  const bool wgmma_decode = (family == Family::kDecodeMid || family == Family::kDecodeWide) && head_dim == 128 &&
+                            num_sms > 0 && requests_x_kv_heads >= kWgmmaDecodeFill * num_sms;
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).
-  if (family == Family::kPrefill && sm == 90 && !sm90_disabled()) {
+  if ((family == Family::kPrefill || wgmma_decode) && sm == 90 && !sm90_disabled()) {
     for (const KernelChoice& c : table())
       if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
   }

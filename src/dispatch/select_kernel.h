@@ -2,6 +2,7 @@
 // compiled attention variant runs it. Layer: src/dispatch (host-only).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "gqattn/tensor.h"
@@ -29,7 +30,12 @@ struct KernelChoice {
 // wgmma kernel when it was built (GQATTN_CUDA_ARCHS with 90a) and GQATTN_DISABLE_SM90 is not set.
 // Every kernel may split keys (items of key chunks, merged afterwards), as plan::choose_kv_chunk
 // decides. Throws gqattn::Error naming GQATTN_HEAD_DIMS / GQATTN_DTYPES when the variant was not built.
-KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0);
+// `requests_x_kv_heads` (requests with query rows times K/V heads) and `num_sms`, when given, let
+// 17..64 rows at head_dim 128 on sm_90 take the wgmma kernel where it has an item (one row tile
+// of a request and K/V head) for nearly every SM (kWgmmaDecodeFill): there it streams as fast as
+// decode_mid / decode_wide at long contexts and 1.3x faster at 2K (perf-notes item 61).
+KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, int64_t requests_x_kv_heads = 0,
+                           int num_sms = 0);
 // Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
 bool sm90_disabled();
 // The kernel table row chosen earlier by select_kernel (for run()).

@@ -190,6 +190,27 @@ TEST(GpuDecode, DraftTokensWithManyRowsSplitLikeUnsplit) {
   }
 }
 
+// 17..64 packed rows with a request for nearly every SM: on sm_90 at hd128 the wgmma kernel
+// (select_kernel's requests_x_kv_heads), elsewhere decode_mid / decode_wide; MQA with 32 query
+// heads and 1 or 2 query tokens (32 or 64 rows), one request an SM, kv_len 0 and 1 among them.
+TEST(GpuDecode, WideRowsWithARequestForEverySm) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) == info.head_dims.end())
+    GTEST_SKIP() << "head_dim 128 is not built";
+  int sms = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  uint64_t seed = 1600;
+  for (int qo_len : {1, 2}) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      std::vector<int32_t> kv_len = random_lengths(sms, 1, 700, seed, true);
+      kv_len[1] = std::max(kv_len[1], qo_len);
+      check_decode(info.dtypes.front(), Heads{32, 1}, 128, 16, qo_len, layout, kv_len, seed);
+      ++seed;
+    }
+  }
+}
+
 TEST(GpuDecode, BitwiseDeterministic) {
   GQ_REQUIRE_GPU();
   DecodeResult a, b;
@@ -586,6 +607,14 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, mid);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 65, 90).family, kernels::Family::kPrefillSm90);
+    // 17..64 rows at hd128 with an item for at least 7/8 of the SMs: the wgmma kernel.
+    if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) != info.head_dims.end()) {
+      const DType dt = info.dtypes[0];
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 116, 132).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 64, 90, 128, 132).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 115, 132).family, kernels::Family::kDecodeMid);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 4096, 132).family, kernels::Family::kDecode);
+    }
   }
 }
 
