@@ -312,8 +312,12 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 
     sm90::fence_proxy_async_smem();
     const T* q_wg = s_q + wg_row0 * 64;
-    // After this warp's last S GEMM has completed, Q may be overwritten with the next item's.
+    // After this warp's last S GEMM has completed, Q may be overwritten with the next item's
+    // (and s_item / s_work with the next item's). The first __syncwarp orders every lane's reads
+    // before lane 0's arrival: an item of no tiles (a split chunk every row's causal limit ends
+    // before) releases Q right after those reads (racecheck flagged it once plans split).
     auto release_q = [&]() {
+      __syncwarp();
       if (lane == 0) sm90::mbar_arrive(q_empty);
       __syncwarp();
     };
