@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       sm90::mbar_init(&empty_v[s], 4 * Cfg::kConsumers);
     }
     sm90::mbar_init(q_full, 128 + 1);  // every producer thread on its Q copies, + thread 0 on s_item
-    sm90::mbar_init(q_empty, 4 * Cfg::kConsumers);  // one lane per consumer warp, after its last S GEMM
+    sm90::mbar_init(q_empty, 128 * Cfg::kConsumers);  // every consumer thread, after its warp's last S GEMM
   }
   __syncthreads();
 
@@ -312,13 +312,12 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 
     sm90::fence_proxy_async_smem();
     const T* q_wg = s_q + wg_row0 * 64;
-    // After this warp's last S GEMM has completed, Q may be overwritten with the next item's
-    // (and s_item / s_work with the next item's). The first __syncwarp orders every lane's reads
-    // before lane 0's arrival: an item of no tiles (a split chunk every row's causal limit ends
-    // before) releases Q right after those reads (racecheck flagged it once plans split).
+    // After this warp's last S GEMM has completed, Q may be overwritten with the next item's, and
+    // s_item[0] / s_work too. Every lane arrives: an arrival releases only its own thread's
+    // earlier reads of s_item / s_work (racecheck flagged lane 0 alone, even after a __syncwarp,
+    // once CTAs took several items: perf-notes item 69).
     auto release_q = [&]() {
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(q_empty);
+      sm90::mbar_arrive(q_empty);
       __syncwarp();
     };
     if (num_tiles == 0) release_q();
@@ -531,11 +530,14 @@ struct Sm90Prefill {
   // slower with one box per page than the gathers in session 2 and 0.82-0.97x in session 7, at
   // hd128; at hd256, where the gathers reach two thirds of contiguous K/V, pages of 8 .. tile / 2
   // keys that divide the tile take one box per page: perf-notes item 30), strides out of order,
-  // no encoder, or GQATTN_DISABLE_TMA set.
+  // no encoder, or GQATTN_DISABLE_TMA set. GQATTN_SM90_PAGE_BOXES=1 takes page boxes at hd <= 128
+  // too: an A/B switch for decode through this kernel (one CTA an SM streaming ~30 GB/s with the
+  // gathers: perf-notes item 71), to be removed once measured.
   static Sm90Tma make_tma(const AttentionParams& p) {
     Sm90Tma t;
     std::memset(&t, 0, sizeof(t));
     static const bool tma_disabled = env_flag("GQATTN_DISABLE_TMA");  // read once per process
+    static const bool page_boxes = env_flag("GQATTN_SM90_PAGE_BOXES");
     if (tma_disabled) return t;
     const PFN_cuTensorMapEncodeTiled_v12000 encode = prims::tensor_map_encoder();
     if (encode == nullptr || p.kv_rows <= 0 || p.num_kv_heads <= 0) return t;
@@ -546,7 +548,7 @@ struct Sm90Prefill {
       // Boxes of whole pages: 8-row multiples keep the 128-byte swizzle's 1024-byte period, and
       // warp 0 issues (64-column blocks) x (pages a tile) boxes, one a lane.
       const int64_t boxes = kTile / page_size;
-      if (HeadDim < 256 || kTile % page_size != 0 || page_size % 8 != 0 || boxes * (HeadDim / 64) > 32) return t;
+      if ((HeadDim < 256 && !page_boxes) || kTile % page_size != 0 || page_size % 8 != 0 || boxes * (HeadDim / 64) > 32) return t;
       t.key_boxes = static_cast<int>(boxes);
     }
     const int64_t rows = kTile / t.key_boxes;
