@@ -1,6 +1,7 @@
-// Run-time switches read from the environment (GQATTN_DISABLE_SM90, GQATTN_DISABLE_TMA): a
-// switch is on when the variable is set to anything but "" or "0". Callers read it once per
-// process. Layer: src/api (host-only helper; used by dispatch and kernel launchers).
+// Run-time switches read from the environment (GQATTN_DISABLE_SM90, GQATTN_DISABLE_TMA, the A/B
+// switch GQATTN_SM90_PAGE_BOXES): a switch is on when the variable is set to anything but "" or
+// "0". Callers read it once per process. Layer: src/api (host-only helper; used by dispatch and
+// kernel launchers).
 #pragma once
 
 #include <cstdlib>
