@@ -103,6 +103,11 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
     for (const KernelChoice& c : table())
       if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
   }
+  // A/B switch (perf-notes item 72, to be removed once measured): 17..32 rows as two 16-row items
+  // a request and K/V head, both reading its K/V (the second mostly from the L2), where decode_mid
+  // takes one 32-row item and splits its keys more.
+  static const bool row_tiles16 = env_flag("GQATTN_DECODE_ROW_TILES16");
+  if (row_tiles16 && family == Family::kDecodeMid) family = Family::kDecode;
   bool head_dim_built = false, dtype_built = false;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;
