@@ -6,11 +6,6 @@
 #                                      the single-case checks below (~7 min)
 #   scripts/final_gpu_run.sh measure   prefill and decode sweeps with peers and reports, the engine
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
-#   scripts/final_gpu_run.sh ab        the run-time A/B switches of main (perf-notes items 71-72):
-#                                      the GPU tests with each switch on, the decode sweeps that
-#                                      each targets with it off and on (and page boxes on the
-#                                      page-16 prefill rows), the row tiles also without splits,
-#                                      the engine's MQA run with page boxes (~6 min)
 #   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K; hd128 16 x 1K
@@ -37,24 +32,6 @@ case $mode in
     [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit 0; }
     BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
     ;;
-  ab)
-    T=build-gpu/tests/gqattn_gpu_tests A=bench/sweeps/ab
-    for sw in GQATTN_SM90_PAGE_BOXES:'GpuPrefill.*:GpuDecode.*' GQATTN_DECODE_ROW_TILES16:'GpuDecode.*'; do
-      env "${sw%%:*}=1" timeout 200 $T --gtest_filter="${sw#*:}" > "$LOG_DIR/tests_${sw%%:*}.log" 2>&1
-      echo "${sw%%:*}=1: $(tail -1 "$LOG_DIR/tests_${sw%%:*}.log")"; grep "^\[  FAILED" "$LOG_DIR/tests_${sw%%:*}.log" | head -5
-    done; save
-    ab() {  # ab NAME SWEEP SWITCH [BENCH_FLAGS]: the sweep off, on, off again; the comparison's last line
-      AB_ARGS="${4:-}" scripts/ab_sweep.sh build-gpu "$2" "$LOG_DIR/$1" off: "on:$3=1" > "$LOG_DIR/$1.txt" 2>&1
-      python3 bench/compare.py "$LOG_DIR/$1/off.csv,$LOG_DIR/$1/off_again.csv" "$LOG_DIR/$1/on.csv" \
-        > "$LOG_DIR/$1_compare.txt" 2>&1; echo "$1: $(tail -1 "$LOG_DIR/$1_compare.txt")"; save
-    }
-    ab boxes_mid_rows $A/decode_mid_rows_hd128.csv GQATTN_SM90_PAGE_BOXES
-    ab boxes_draft $A/decode_draft_tokens_hd128.csv GQATTN_SM90_PAGE_BOXES
-    ab boxes_prefill16 $A/prefill_page16_hd128.csv GQATTN_SM90_PAGE_BOXES
-    ab rows16 $A/decode_mid_rows_hd128.csv GQATTN_DECODE_ROW_TILES16
-    ab rows16_nosplit $A/decode_mid_rows_hd128.csv GQATTN_DECODE_ROW_TILES16 "--max-splits 1"
-    E2E_HEADS=1 E2E_TIMEOUT=100 scripts/e2e_ab.sh build-gpu "$LOG_DIR/e2e_ab" off: on:GQATTN_SM90_PAGE_BOXES=1 | tail -3
-    ;;
   profile)
     scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
       "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1"; save
@@ -73,6 +50,6 @@ case $mode in
         > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save
     done
     ;;
-  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure, ab or profile)"; exit 2 ;;
+  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure or profile)"; exit 2 ;;
 esac
 save

@@ -1,7 +1,6 @@
-// Run-time switches read from the environment (GQATTN_DISABLE_SM90, GQATTN_DISABLE_TMA, the A/B
-// switches GQATTN_SM90_PAGE_BOXES and GQATTN_DECODE_ROW_TILES16): a switch is on when the variable
-// is set to anything but "" or "0". Callers read it once per process. Layer: src/api (host-only
-// helper; used by dispatch and kernel launchers).
+// Run-time switches read from the environment (GQATTN_DISABLE_SM90, GQATTN_DISABLE_TMA): a switch
+// is on when the variable is set to anything but "" or "0". Callers read it once per process.
+// Layer: src/api (host-only helper; used by dispatch and kernel launchers).
 #pragma once
 
 #include <cstdlib>

@@ -74,6 +74,8 @@ constexpr int kDecodeMidRows = AttnShape<Family::kDecodeMid, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 // The share of the SMs the wgmma kernel's decode items must fill (H200: 116 of 132) to take 17..64 rows.
 constexpr double kWgmmaDecodeFill = 0.875;
+// 17..32 rows take 16-row items where requests x K/V heads x kRowTiles16Share <= SMs (H200: <= 2).
+constexpr int64_t kRowTiles16Share = 64;
 
 }  // namespace
 
@@ -103,11 +105,15 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
     for (const KernelChoice& c : table())
       if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
   }
-  // A/B switch (perf-notes item 72, to be removed once measured): 17..32 rows as two 16-row items
-  // a request and K/V head, both reading its K/V (the second mostly from the L2), where decode_mid
-  // takes one 32-row item and splits its keys more.
-  static const bool row_tiles16 = env_flag("GQATTN_DECODE_ROW_TILES16");
-  if (row_tiles16 && family == Family::kDecodeMid) family = Family::kDecode;
+  // 17..32 rows at hd128 as two 16-row items a request and K/V head (both read its K/V, the second
+  // mostly from the L2) where so few requests x K/V heads run that decode_mid splits each
+  // request's keys into up to 256 chunks: half the splits, half the merge. From the batch, not
+  // the lengths (one kernel for a CUDA graph's plans). MQA on the H200 (perf-notes item 72),
+  // 16-row items against decode_mid at 512..32K keys: batch 1 1.15-1.28x, batch 2 1.00-1.14x,
+  // batch 4 0.87-1.16x, batch 8 0.77-1.13x (the long requests lose: twice the K/V traffic).
+  const bool row_tiles16 = family == Family::kDecodeMid && head_dim == 128 && num_sms > 0 &&
+                           requests_x_kv_heads > 0 && requests_x_kv_heads * kRowTiles16Share <= num_sms;
+  if (row_tiles16) family = Family::kDecode;
   bool head_dim_built = false, dtype_built = false;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;

@@ -530,14 +530,12 @@ struct Sm90Prefill {
   // slower with one box per page than the gathers in session 2 and 0.82-0.97x in session 7, at
   // hd128; at hd256, where the gathers reach two thirds of contiguous K/V, pages of 8 .. tile / 2
   // keys that divide the tile take one box per page: perf-notes item 30), strides out of order,
-  // no encoder, or GQATTN_DISABLE_TMA set. GQATTN_SM90_PAGE_BOXES=1 takes page boxes at hd <= 128
-  // too: an A/B switch for decode through this kernel (one CTA an SM streaming ~30 GB/s with the
-  // gathers: perf-notes item 71), to be removed once measured.
+  // no encoder, or GQATTN_DISABLE_TMA set. Decode items at hd128 lost with page boxes too
+  // (0.96-0.99x, perf-notes item 71).
   static Sm90Tma make_tma(const AttentionParams& p) {
     Sm90Tma t;
     std::memset(&t, 0, sizeof(t));
     static const bool tma_disabled = env_flag("GQATTN_DISABLE_TMA");  // read once per process
-    static const bool page_boxes = env_flag("GQATTN_SM90_PAGE_BOXES");
     if (tma_disabled) return t;
     const PFN_cuTensorMapEncodeTiled_v12000 encode = prims::tensor_map_encoder();
     if (encode == nullptr || p.kv_rows <= 0 || p.num_kv_heads <= 0) return t;
@@ -548,7 +546,7 @@ struct Sm90Prefill {
       // Boxes of whole pages: 8-row multiples keep the 128-byte swizzle's 1024-byte period, and
       // warp 0 issues (64-column blocks) x (pages a tile) boxes, one a lane.
       const int64_t boxes = kTile / page_size;
-      if ((HeadDim < 256 && !page_boxes) || kTile % page_size != 0 || page_size % 8 != 0 || boxes * (HeadDim / 64) > 32) return t;
+      if (HeadDim < 256 || kTile % page_size != 0 || page_size % 8 != 0 || boxes * (HeadDim / 64) > 32) return t;
       t.key_boxes = static_cast<int>(boxes);
     }
     const int64_t rows = kTile / t.key_boxes;

@@ -614,6 +614,11 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 64, 90, 128, 132).family, kernels::Family::kPrefillSm90);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 115, 132).family, kernels::Family::kDecodeMid);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 4096, 132).family, kernels::Family::kDecode);
+      // 17..32 rows with at most SMs / 64 requests x K/V heads: two 16-row items each.
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 1, 132).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 17, 90, 2, 132).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 3, 132).family, kernels::Family::kDecodeMid);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 33, 90, 1, 132).family, kernels::Family::kDecodeWide);
     }
   }
 }
