@@ -33,7 +33,9 @@ struct KernelChoice {
 // `requests_x_kv_heads` (requests with query rows times K/V heads) and `num_sms`, when given, let
 // 17..64 rows at head_dim 128 on sm_90 take the wgmma kernel where it has an item (one row tile
 // of a request and K/V head) for nearly every SM (kWgmmaDecodeFill): there it streams as fast as
-// decode_mid / decode_wide at long contexts and 1.3x faster at 2K (perf-notes item 61).
+// decode_mid / decode_wide at long contexts and 1.3x faster at 2K (perf-notes item 61); and let
+// 17..32 rows at head_dim 128 take the decode family's 16-row items (two a request and K/V head)
+// where requests_x_kv_heads x 64 <= num_sms (perf-notes item 75: MQA at batch 1-2).
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, int64_t requests_x_kv_heads = 0,
                            int num_sms = 0);
 // Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
