@@ -6,6 +6,9 @@
 #                                      the single-case checks below (~7 min)
 #   scripts/final_gpu_run.sh measure   prefill and decode sweeps with peers and reports, the engine
 #                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
+#   scripts/final_gpu_run.sh land      after a kernel change lands: full build, every ctest, the
+#                                      sanitizer subset, the decode sweep with peers and report, the
+#                                      engine's three gqattn runs (~7 min)
 #   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K; hd128 16 x 1K
@@ -32,6 +35,12 @@ case $mode in
     [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit 0; }
     BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
     ;;
+  land)
+    scripts/gpu_check.sh test 2>&1 | grep -E "tests passed|tests failed|PASSED|FAILED" | head -20; save
+    scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10; save
+    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
+    E2E_RUNS="gqattn:32 gqattn:8 gqattn:1" E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt"; save
+    ;;
   profile)
     scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
       "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1"; save
@@ -50,6 +59,6 @@ case $mode in
         > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save
     done
     ;;
-  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure or profile)"; exit 2 ;;
+  *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure, land or profile)"; exit 2 ;;
 esac
 save

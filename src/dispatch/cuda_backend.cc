@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "api/env_flag.h"
 #include "dispatch/select_kernel.h"
 #include "gqattn/error.h"
 #include "kernels/launch.h"
@@ -156,6 +157,13 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
     m.group = p.group;
     m.total_qo = static_cast<int>(plan.total_qo);
     m.max_splits = plan.max_splits;
+    // On sm_90 the merge after a decode-family kernel is a programmatic dependent launch: it is
+    // scheduled during the attention kernel's tail (split rows of 10-20 us 1.02-1.12x). After
+    // decode_mid and the wgmma kernel the same launch lost 5-11% on some rows, so they keep the
+    // ordinary one (perf-notes item 82). GQATTN_DISABLE_PDL=1: the ordinary launch everywhere.
+    static const bool pdl_disabled = env_flag("GQATTN_DISABLE_PDL");
+    m.programmatic = !pdl_disabled && kernel.family == kernels::Family::kDecode &&
+                     compute_capability(plan.device_id) >= 90;
     kernels::launch_split_merge(plan.dtype, m, stream);
   }
 }

@@ -19,6 +19,7 @@
 #include "kernels/launch.h"
 #include "prims/cuda_check.h"
 #include "prims/mma.cuh"
+#include "prims/pdl.cuh"
 #include "prims/softmax_state.cuh"
 
 namespace gqattn::kernels {
@@ -117,6 +118,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   const int load_chunk = tid % kChunks;
   const int group = static_cast<int>(p.group.divisor);
   const int num_work = p.header->num_work;
+  // The decode family's split merge may be scheduled now: it waits for this grid to finish
+  // (the other families' merge is an ordinary launch: perf-notes item 82).
+  if constexpr (F == Family::kDecode) prims::grid_allow_dependents();
 
   for (int item = blockIdx.x; item < num_work; item += gridDim.x) {
     const WorkItem w = p.work[item];

@@ -53,6 +53,9 @@ struct SplitMergeParams {
   FastDivmod group;
   int total_qo = 0;
   int max_splits = 0;  // the plan's most chunks of one request (host side): picks the block width
+  // Launched as a programmatic dependent launch (sm_90+): it may start during the attention
+  // kernel's tail and waits for it in the kernel (perf-notes item 80).
+  int programmatic = 0;
 };
 
 template <DType kDType, int HeadDim, Family F>

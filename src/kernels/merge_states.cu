@@ -6,6 +6,7 @@
 #include "kernels/launch.h"
 #include "prims/cuda_check.h"
 #include "prims/mma.cuh"
+#include "prims/pdl.cuh"
 #include "prims/softmax_state.cuh"
 
 namespace gqattn::kernels {
@@ -52,6 +53,8 @@ __device__ __forceinline__ void combine_partial(prims::MergeState& st, float4& a
 // chunk a row, MQA batch 1 x 32K in 128-key chunks 0.80x of 256-key ones.)
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
+  // Launched programmatically on sm_90 (launch_programmatic): the attention kernel may still run.
+  prims::grid_dependency_wait();
   // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here.
   if (p.header->max_splits <= 1) return;
   const int token = blockIdx.x / p.num_qo_heads;
@@ -149,12 +152,32 @@ void launch_merge_states_from(const MergeStatesParams& p, dim3 grid, dim3 block,
   }
 }
 
+// Launches `kernel` after the stream's previous kernel with programmatic stream serialization
+// when `programmatic`: its CTAs may be scheduled once every CTA of the previous kernel has called
+// prims::grid_allow_dependents, and wait in prims::grid_dependency_wait (a graph captures the
+// edge as a programmatic dependency). Otherwise an ordinary launch.
+template <typename... Args>
+void launch_programmatic(bool programmatic, void (*kernel)(Args...), dim3 grid, dim3 block, cudaStream_t s,
+                         Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = programmatic ? 1 : 0;
+  GQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
 template <int kThreads>
 void launch_split_merge_width(DType dtype, const SplitMergeParams& params, dim3 grid, cudaStream_t s) {
   if (dtype == DType::kBF16) {
-    split_merge_kernel<__nv_bfloat16, kThreads><<<grid, kThreads, 0, s>>>(params);
+    launch_programmatic(params.programmatic != 0, split_merge_kernel<__nv_bfloat16, kThreads>, grid, dim3(kThreads), s, params);
   } else {
-    split_merge_kernel<__half, kThreads><<<grid, kThreads, 0, s>>>(params);
+    launch_programmatic(params.programmatic != 0, split_merge_kernel<__half, kThreads>, grid, dim3(kThreads), s, params);
   }
 }
 
