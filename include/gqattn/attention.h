@@ -113,6 +113,7 @@ struct Plan {
   int num_ctas = 0;       // attention grid size
   int max_splits = 1;     // most chunks any request was split into
   bool split = false;     // true when some request's partial results need merging
+  bool merge_programmatic = false;  // the merge starts during the attention kernel's tail (sm_90)
   // Device pointers into the workspace.
   void* d_header = nullptr;       // PlanHeader: num_work, batch, total_qo, max_splits
   void* d_work = nullptr;         // work items

@@ -157,13 +157,7 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
     m.group = p.group;
     m.total_qo = static_cast<int>(plan.total_qo);
     m.max_splits = plan.max_splits;
-    // On sm_90 the merge after a decode-family kernel is a programmatic dependent launch: it is
-    // scheduled during the attention kernel's tail (split rows of 10-20 us 1.02-1.12x). After
-    // decode_mid and the wgmma kernel the same launch lost 5-11% on some rows, so they keep the
-    // ordinary one (perf-notes item 82). GQATTN_DISABLE_PDL=1: the ordinary launch everywhere.
-    static const bool pdl_disabled = env_flag("GQATTN_DISABLE_PDL");
-    m.programmatic = !pdl_disabled && kernel.family == kernels::Family::kDecode &&
-                     compute_capability(plan.device_id) >= 90;
+    m.programmatic = plan.merge_programmatic ? 1 : 0;
     kernels::launch_split_merge(plan.dtype, m, stream);
   }
 }
@@ -220,6 +214,12 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   GQ_CHECK(static_cast<size_t>(plan.batch) <= kMaxRequests, "plan: batch ", plan.batch, " exceeds ", kMaxRequests);
 
   plan.kernel_id = kernel.id;
+  // On sm_90 the merge after a decode-family kernel is a programmatic dependent launch: it is
+  // scheduled during the attention kernel's tail (split rows of 10-20 us 1.02-1.12x). After
+  // decode_mid and the wgmma kernel the same launch lost 5-11% on some rows, so they keep the
+  // ordinary one (perf-notes item 82). GQATTN_DISABLE_PDL=1: the ordinary launch everywhere.
+  static const bool pdl_disabled = env_flag("GQATTN_DISABLE_PDL");
+  plan.merge_programmatic = !pdl_disabled && kernel.family == kernels::Family::kDecode && sm >= 90;
   plan.cta_rows = kernel.cta_rows;
   plan.kv_chunk = kv_chunk;
   plan.num_work = static_cast<int>(list.items.size());
