@@ -180,15 +180,23 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // Requests with query rows x K/V heads: the items of a kernel with a row tile >= max_rows. From the
   // batch, not the lengths, so that a CUDA graph's plans keep one kernel.
   int64_t requests_x_kv_heads = 0;
+  int64_t keys = 0, requests = 0;  // of the requests with query rows
   std::vector<int32_t> row_tiles(plan.batch);  // each request's packed rows, then its row tiles
   for (int b = 0; b < plan.batch; ++b) {
     row_tiles[b] = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
     max_rows = std::max(max_rows, row_tiles[b]);
-    if (row_tiles[b] > 0) requests_x_kv_heads += plan.num_kv_heads;
+    if (row_tiles[b] > 0) {
+      requests_x_kv_heads += plan.num_kv_heads;
+      keys += plan.kv_len[b];
+      ++requests;
+    }
   }
+  // The mean length may pick the kernel only where no CUDA graph replays this plan's kernel.
+  const bool graph = inputs.enable_cuda_graph || inputs.graph_per_split;
+  const int64_t mean_kv_len = graph || requests == 0 ? 0 : std::max<int64_t>(1, keys / requests);
   const int sm = compute_capability(plan.device_id);
-  const dispatch::KernelChoice kernel = dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm,
-                                                                requests_x_kv_heads, num_sms(plan.device_id));
+  const dispatch::KernelChoice kernel = dispatch::select_kernel(
+      plan.dtype, plan.head_dim, max_rows, sm, requests_x_kv_heads, num_sms(plan.device_id), mean_kv_len);
   for (int32_t& tiles : row_tiles) tiles = (tiles + kernel.cta_rows - 1) / kernel.cta_rows;
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);

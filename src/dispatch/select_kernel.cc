@@ -22,7 +22,7 @@ KernelChoice entry() {
   c.family = F;
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
-  c.key_time = F == Family::kDecode ? 1.0 : 1.36;
+  c.key_time = F == Family::kDecode || F == Family::kDecodeMany ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
   return c;
@@ -32,6 +32,7 @@ template <DType D, int HeadDim>
 void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kDecode>());
   if constexpr (HeadDim <= kernels::kDecodeMidMaxHeadDim) table.push_back(entry<D, HeadDim, Family::kDecodeMid>());
+  if constexpr (HeadDim == kernels::kDecodeManyHeadDim) table.push_back(entry<D, HeadDim, Family::kDecodeMany>());
   table.push_back(entry<D, HeadDim, Family::kDecodeWide>());
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
 #ifdef GQATTN_BUILT_SM90
@@ -76,6 +77,11 @@ constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 constexpr double kWgmmaDecodeFill = 0.875;
 // 17..32 rows take 16-row items where requests x K/V heads x kRowTiles16Share <= SMs (H200: <= 2).
 constexpr int64_t kRowTiles16Share = 64;
+// <= 16 rows take decode_many where requests x K/V heads >= kDecodeManyPerSm x SMs (H200: >= 396).
+constexpr int64_t kDecodeManyPerSm = 3;
+// ... and at most this many keys a request on average, where the lengths are known (not in CUDA-graph
+// mode): H200 (perf-notes item 88) 1.02-1.14x at 512-2K keys, 0.987x at 8K-32K.
+constexpr int64_t kDecodeManyMaxMeanKeys = 4096;
 
 }  // namespace
 
@@ -84,8 +90,13 @@ bool sm90_disabled() {
   return disabled;
 }
 
+bool decode_many_disabled() {
+  static const bool disabled = env_flag("GQATTN_DISABLE_DECODE_MANY");
+  return disabled;
+}
+
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, int64_t requests_x_kv_heads,
-                           int num_sms) {
+                           int num_sms, int64_t mean_kv_len) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
@@ -114,6 +125,17 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
   const bool row_tiles16 = family == Family::kDecodeMid && head_dim == 128 && num_sms > 0 &&
                            requests_x_kv_heads > 0 && requests_x_kv_heads * kRowTiles16Share <= num_sms;
   if (row_tiles16) family = Family::kDecode;
+  // <= 16 rows at hd128 with enough requests x K/V heads that the unsplit items fill four CTAs an
+  // SM nearly everywhere: decode_many's 32-key tiles, four CTAs an SM. H200 (perf-notes item 85:
+  // 512-4096 items) 1.00-1.12x at 512-2K keys, 0.986x at 8K-32K; with fewer items its doubled
+  // CTA target makes the planner split (GQA-8 32 x 2K 0.94x), and latency-bound split items take
+  // two round trips where 64-key tiles take one (GQA-8 1 x 512 0.79x). From the batch, and from
+  // the mean length only where the plan knows it: a CUDA graph's plans take decode_many at any
+  // length (0.987x at 8K-32K keys), its replays keep one kernel.
+  const bool many = family == Family::kDecode && head_dim == kernels::kDecodeManyHeadDim && sm == 90 &&
+                    num_sms > 0 && requests_x_kv_heads >= kDecodeManyPerSm * num_sms &&
+                    mean_kv_len <= kDecodeManyMaxMeanKeys && !decode_many_disabled();
+  if (many) family = Family::kDecodeMany;
   bool head_dim_built = false, dtype_built = false;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;

@@ -12,11 +12,15 @@ namespace gqattn::kernels {
 //         all four warps compute on 32 rows (decode_wide idles its second row warp there).
 // decode_wide: up to 64 packed rows (MQA, or GQA with several draft tokens): two warps along the
 //         rows (two 16-row tiles each) times two warps along the keys, the same deep pipeline.
+// decode_many: the decode family's rows where many items fill the GPU (hd128 only): tiles of 32
+//         keys over two warps, so that four CTAs an SM overlap each item's start and end with three
+//         other CTAs' streams (the decode family's two CTAs keep one key tile per round trip for
+//         split and latency-bound plans).
 // prefill: many query rows: four warps along the rows (kMTiles x 16 rows each), each K/V tile
 //         shared by all of them.
 // prefill_sm90: the Hopper path (attention_sm90.cuh): one producer warpgroup streams K/V tiles
 //         into an mbarrier pipeline, two consumer warpgroups of 64 rows each run wgmma.
-enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3, kDecodeMid = 4 };
+enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3, kDecodeMid = 4, kDecodeMany = 5 };
 
 template <Family F, int HeadDim>
 struct AttnConfig;
@@ -47,6 +51,21 @@ struct AttnConfig<Family::kDecodeMid, HeadDim> {
   static constexpr int kWarpsKV = 4;
   static constexpr int kKVTile = 64;
   static constexpr int kStages = 3;  // two CTAs per SM
+};
+
+// decode_many exists for this head dim only (measured there: perf-notes items 85, 86).
+constexpr int kDecodeManyHeadDim = 128;
+
+template <int HeadDim>
+struct AttnConfig<Family::kDecodeMany, HeadDim> {
+  static_assert(HeadDim == kDecodeManyHeadDim, "decode_many is built for head_dim 128 only");
+  static constexpr int kWarpsM = 1;
+  static constexpr int kMTiles = 1;
+  // 32-key tiles over two warps, three stages: 52 KB, four CTAs an SM (the same eight warps and
+  // 2 x 2 x 32 KB of tiles in flight as the decode family's two CTAs).
+  static constexpr int kWarpsKV = 2;
+  static constexpr int kKVTile = 32;
+  static constexpr int kStages = 3;
 };
 
 template <int HeadDim>

@@ -211,6 +211,37 @@ TEST(GpuDecode, WideRowsWithARequestForEverySm) {
   }
 }
 
+// Enough requests x K/V heads for decode_many on sm_90 (>= 3 x SMs): 32-key tiles, four CTAs an
+// SM (other devices run the decode family on the same plans). G = 1 and 4, one and two tokens,
+// both layouts, page 16 and page 1, lengths 0, 1 and 2..300 (mostly not multiples of the tile).
+TEST(GpuDecode, ManyRequestsOnTheSmallTileFamily) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) == info.head_dims.end())
+    GTEST_SKIP() << "head_dim 128 is not built";
+  int sms = 0, major = 0, minor = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  uint64_t seed = 1700;
+  for (Heads h : {Heads{8, 8}, Heads{16, 4}}) {
+    const int batch = (3 * sms + h.kv - 1) / h.kv + 1;
+    for (int qo_len : {1, 2}) {
+      for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+        const DType dtype = info.dtypes[seed % info.dtypes.size()];
+        if (major * 10 + minor == 90 && !dispatch::decode_many_disabled()) {
+          EXPECT_EQ(dispatch::select_kernel(dtype, 128, h.qo / h.kv * qo_len, 90, int64_t(batch) * h.kv, sms).family,
+                    kernels::Family::kDecodeMany);
+        }
+        std::vector<int32_t> kv_len = random_lengths(batch, 2, 300, seed, true);
+        kv_len[1] = std::max(kv_len[1], qo_len);
+        check_decode(dtype, h, 128, layout == KVLayout::kNHD ? 16 : 1, qo_len, layout, kv_len, seed);
+        ++seed;
+      }
+    }
+  }
+}
+
 TEST(GpuDecode, BitwiseDeterministic) {
   GQ_REQUIRE_GPU();
   DecodeResult a, b;
@@ -613,7 +644,16 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 116, 132).family, kernels::Family::kPrefillSm90);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 64, 90, 128, 132).family, kernels::Family::kPrefillSm90);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 115, 132).family, kernels::Family::kDecodeMid);
-      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 4096, 132).family, kernels::Family::kDecode);
+      // <= 16 rows with >= 3 x SMs requests x K/V heads: decode_many (sm_90 only).
+      const kernels::Family many =
+          dispatch::decode_many_disabled() ? kernels::Family::kDecode : kernels::Family::kDecodeMany;
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 4096, 132).family, many);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 1, 90, 396, 132).family, many);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 395, 132).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 80, 4096, 132).family, kernels::Family::kDecode);
+      // ... with at most 4096 keys a request on average, where the plan knows the lengths.
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 4096, 132, 4096).family, many);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 16, 90, 4096, 132, 4097).family, kernels::Family::kDecode);
       // 17..32 rows with at most SMs / 64 requests x K/V heads: two 16-row items each.
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 1, 132).family, kernels::Family::kDecode);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 17, 90, 2, 132).family, kernels::Family::kDecode);
