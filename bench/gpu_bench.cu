@@ -358,7 +358,8 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   }
   r.status = "ok";
   r.plan = "kernel " + std::to_string(plan.kernel_id) + " rows " + std::to_string(plan.cta_rows) + " chunk " + std::to_string(plan.kv_chunk) + " items " +
-           std::to_string(plan.num_work) + " ctas " + std::to_string(plan.num_ctas);
+           std::to_string(plan.num_work) + " ctas " + std::to_string(plan.num_ctas) +
+           (plan.split_item_keys ? " split-keys" : "");
   return r;
 }
 

@@ -114,6 +114,9 @@ struct Plan {
   int max_splits = 1;     // most chunks any request was split into
   bool split = false;     // true when some request's partial results need merging
   bool merge_programmatic = false;  // the merge starts during the attention kernel's tail (sm_90)
+  // sm_90a kernel with items of <= 64 rows: its two consumer warpgroups take the halves of every
+  // K/V tile's keys and merge their states at the end, instead of one holding 64 empty rows.
+  bool split_item_keys = false;
   // Device pointers into the workspace.
   void* d_header = nullptr;       // PlanHeader: num_work, batch, total_qo, max_splits
   void* d_work = nullptr;         // work items

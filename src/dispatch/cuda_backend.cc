@@ -140,6 +140,7 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
   p.page = FastDivmod(static_cast<uint32_t>(plan.page_size > 0 ? plan.page_size : 1));
   p.sm_scale_log2 = scale_log2(sm_scale, plan.head_dim);
   p.causal = plan.causal ? 1 : 0;
+  p.split_item_keys = plan.split_item_keys ? 1 : 0;
   kernel.launch(p, plan.num_ctas, stream);
 
   if (plan.split) {
@@ -228,6 +229,14 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // ordinary one (perf-notes item 82). GQATTN_DISABLE_PDL=1: the ordinary launch everywhere.
   static const bool pdl_disabled = env_flag("GQATTN_DISABLE_PDL");
   plan.merge_programmatic = !pdl_disabled && kernel.family == kernels::Family::kDecode && sm >= 90;
+  // The wgmma kernel with items of <= 64 rows (decode rows of a request and K/V head: the group x
+  // the new tokens): both consumer warpgroups work on the same rows, each on half of every K/V
+  // tile's keys, so neither computes 64 empty rows and each GEMM and softmax a tile is half as long
+  // (perf-notes item 92: MQA 128 x 32K had the tensor pipe 52% busy at 81% of DRAM bandwidth).
+  // GQATTN_DISABLE_SPLIT_ITEM_KEYS=1: one warpgroup idles on empty rows, as before.
+  static const bool split_keys_disabled = env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS");
+  plan.split_item_keys = !split_keys_disabled && kernel.family == kernels::Family::kPrefillSm90 &&
+                         max_rows <= kernel.cta_rows / 2 && kernel.kv_tile >= 128;
   plan.cta_rows = kernel.cta_rows;
   plan.kv_chunk = kv_chunk;
   plan.num_work = static_cast<int>(list.items.size());

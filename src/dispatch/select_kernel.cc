@@ -73,8 +73,10 @@ const std::vector<KernelChoice>& table() {
 constexpr int kDecodeRows = AttnShape<Family::kDecode, 128>::kCtaRows;
 constexpr int kDecodeMidRows = AttnShape<Family::kDecodeMid, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
-// The share of the SMs the wgmma kernel's decode items must fill (H200: 116 of 132) to take 17..64 rows.
-constexpr double kWgmmaDecodeFill = 0.875;
+// The share of the SMs the wgmma kernel's decode items must fill (H200: 27 of 132) to take 17..64 rows:
+// with both consumer warpgroups on an item's keys (Plan::split_item_keys) and split-KV, a batch of
+// 32 MQA requests too (wip: perf-notes item 94).
+constexpr double kWgmmaDecodeFill = 0.2;
 // 17..32 rows take 16-row items where requests x K/V heads x kRowTiles16Share <= SMs (H200: <= 2).
 constexpr int64_t kRowTiles16Share = 64;
 // <= 16 rows take decode_many where requests x K/V heads >= kDecodeManyPerSm x SMs (H200: >= 396).

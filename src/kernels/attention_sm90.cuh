@@ -16,7 +16,11 @@
 //     V read transposed from shared memory; K's "empty" mbarrier is arrived on after the S GEMM,
 //     V's after P V.
 // The two consumers are not synchronised with each other, so one's softmax overlaps the other's
-// GEMMs. Shared-memory tiles use the 128-byte swizzle that the wgmma descriptors describe.
+// GEMMs. With kSplitKeys (every item <= 64 rows: decode rows of a request and K/V head) both
+// consumers take the same 64 rows, each the half of every K/V tile's keys (consumer c keys
+// [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0 at the end of the
+// item through Q's rows 64..127, which the producer then leaves alone. Shared-memory tiles use
+// the 128-byte swizzle that the wgmma descriptors describe.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (types only; the encoder comes through the runtime's entry points)
@@ -57,8 +61,8 @@ struct Sm90Tma {
 
 // kTma: whole tiles by TMA (the run's tensor maps in `tma`), the rest by gathers; without it the
 // producer loop holds only the gathers (one instantiation each: with the TMA branch compiled in,
-// the gather-only runs measured ~12% slower).
-template <typename T, int HeadDim, bool kTma>
+// the gather-only runs measured ~12% slower). kSplitKeys: see above (AttentionParams::split_item_keys).
+template <typename T, int HeadDim, bool kTma, bool kSplitKeys>
 __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThreads, 1)
     attention_sm90_kernel(const AttentionParams p, const __grid_constant__ Sm90Tma tma) {
 #if defined(__CUDA_ARCH__)
@@ -72,6 +76,9 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   constexpr int kChunks = HeadDim / 8;            // 16-byte chunks per row
   constexpr int kRowsPerPass = 128 / kChunks;     // rows one producer pass covers
   constexpr int kQPasses = kCtaRows / kRowsPerPass;
+  // Keys of a tile that one consumer warpgroup multiplies: all, or its half (kSplitKeys).
+  constexpr int kSTile = kSplitKeys ? kTile / 2 : kTile;
+  static_assert(!kSplitKeys || (kSTile >= 64 && Cfg::kConsumers == 2), "split keys: 64-key halves, two consumers");
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem =
@@ -159,6 +166,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 #pragma unroll
       for (int i = 0; i < kQPasses; ++i) {
         const int r = load_row + i * kRowsPerPass;
+        if (kSplitKeys && r >= 64) continue;  // rows 64.. hold the consumers' hand-over
         const int ra = w.row_begin + r;
         const bool valid = ra < rows;
         const T* src = valid ? q_row<T>(p, w, ra) + load_chunk * 8 : q;
@@ -288,7 +296,8 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
   const int cw = wg - 1;
   const int lane = tid & 31;
   const int warp = (tid / 32) & 3;  // warp within the consumer warpgroup
-  const int wg_row0 = cw * 64;      // this warpgroup's first row in the CTA tile
+  const int wg_row0 = kSplitKeys ? 0 : cw * 64;  // this warpgroup's first row in the CTA tile
+  const int key_off = kSplitKeys ? cw * kSTile : 0;  // its first key in each tile
   uint32_t it = 0;
   for (uint32_t items_done = 0;; ++items_done) {
     __syncwarp();  // the epilogue's row guard may have split the warp
@@ -322,37 +331,38 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     };
     if (num_tiles == 0) release_q();
 
-    // S = Q K^T (64 rows x kTile keys) into s: K-major operands, k-steps of 16 columns.
-    // Descriptors: a base per operand plus the constant byte offset of each k-step (>> 4).
+    // S = Q K^T (64 rows x kSTile keys from key_off) into s: K-major operands, k-steps of 16
+    // columns. Descriptors: a base per operand plus the constant byte offset of each k-step (>> 4);
+    // key_off's rows start 1024-byte aligned in every 64-column block, as the swizzle needs.
     const uint64_t q_desc = sm90::smem_desc_sw128(q_wg, 16, 1024);
-    auto issue_s = [&](float (&s)[kTile / 2], const T* s_k) {
-      const uint64_t k_desc = sm90::smem_desc_sw128(s_k, 16, 1024);
+    auto issue_s = [&](float (&s)[kSTile / 2], const T* s_k) {
+      const uint64_t k_desc = sm90::smem_desc_sw128(s_k + key_off * 64, 16, 1024);
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < HeadDim / 16; ++kk) {
         constexpr int kQBlock = kCtaRows * 64 / 8, kKBlock = kTile * 64 / 8;  // 16-byte units
-        sm90::Wgmma<T, kTile>::ss(s, q_desc + (kk >> 2) * kQBlock + (kk & 3) * 2,
-                                  k_desc + (kk >> 2) * kKBlock + (kk & 3) * 2, kk > 0 ? 1 : 0);
+        sm90::Wgmma<T, kSTile>::ss(s, q_desc + (kk >> 2) * kQBlock + (kk & 3) * 2,
+                                   k_desc + (kk >> 2) * kKBlock + (kk & 3) * 2, kk > 0 ? 1 : 0);
       }
       sm90::wgmma_commit();
     };
     // O += P V: P as the register A operand (16 keys per step), V read MN-major.
-    auto issue_pv = [&](uint32_t (&pa)[kTile / 16][4], const T* s_v) {
-      const uint64_t v_desc = sm90::smem_desc_sw128(s_v, kTile * 128, 1024);
+    auto issue_pv = [&](uint32_t (&pa)[kSTile / 16][4], const T* s_v) {
+      const uint64_t v_desc = sm90::smem_desc_sw128(s_v, kTile * 128, 1024) + (key_off / 16) * 128;
 #pragma unroll
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
       sm90::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kTile / 16; ++ks) sm90::Wgmma<T, HeadDim>::rs_tb(o_acc, pa[ks], v_desc + ks * 128, 1);
+      for (int ks = 0; ks < kSTile / 16; ++ks) sm90::Wgmma<T, HeadDim>::rs_tb(o_acc, pa[ks], v_desc + ks * 128, 1);
       sm90::wgmma_commit();
     };
     // Online softmax of tile t in place (s becomes P in fp32); scale[i] is the factor O's row i
     // must take before P V of this tile is added. Touches neither o_acc nor a P register in flight.
-    auto softmax = [&](float (&s)[kTile / 2], int t, float (&scale)[2]) {
+    auto softmax = [&](float (&s)[kSTile / 2], int t, float (&scale)[2]) {
       if (w.kv_begin + (t + 1) * kTile > all_rows_see) {  // a tile that some row must not see
-        const int key0 = w.kv_begin + t * kTile + 2 * (lane & 3);
+        const int key0 = w.kv_begin + t * kTile + key_off + 2 * (lane & 3);
 #pragma unroll
-        for (int j = 0; j < kTile / 8; ++j)
+        for (int j = 0; j < kSTile / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             if (key0 + 8 * j + (e & 1) >= row_limit[e >> 1]) s[4 * j + e] = prims::kNegInf;
@@ -363,7 +373,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       for (int i = 0; i < 2; ++i) {
         float raw = prims::kNegInf;
 #pragma unroll
-        for (int j = 0; j < kTile / 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+        for (int j = 0; j < kSTile / 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
         raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
         const float mx = fmaxf(m[i], raw * sc);
@@ -372,7 +382,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         m[i] = mx;
         float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < kTile / 8; ++j) {
+        for (int j = 0; j < kSTile / 8; ++j) {
           const float e0 = prims::fast_exp2(fmaf(s[4 * j + 2 * i], sc, -mu));
           const float e1 = prims::fast_exp2(fmaf(s[4 * j + 2 * i + 1], sc, -mu));
           s[4 * j + 2 * i] = e0;
@@ -382,9 +392,9 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         d[i] = d[i] * scale[i] + sum;
       }
     };
-    auto pack_p = [&](const float (&s)[kTile / 2], uint32_t (&pa)[kTile / 16][4]) {
+    auto pack_p = [&](const float (&s)[kSTile / 2], uint32_t (&pa)[kSTile / 16][4]) {
 #pragma unroll
-      for (int ks = 0; ks < kTile / 16; ++ks) {
+      for (int ks = 0; ks < kSTile / 16; ++ks) {
         pa[ks][0] = prims::pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
         pa[ks][1] = prims::pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
         pa[ks][2] = prims::pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
@@ -407,8 +417,8 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
     // Intra-warpgroup pipelining: S of tile t is issued, then P V of tile t - 1; the softmax of
     // tile t runs while the tensor cores do that P V, and O is rescaled once it has completed.
     if (num_tiles > 0) {
-      float s[kTile / 2];
-      uint32_t pa[kTile / 16][4];
+      float s[kSTile / 2];
+      uint32_t pa[kSTile / 16][4];
       float scale[2];
       const T* prev = wait_tile(it, 0);
       sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
@@ -418,7 +428,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       release(empty_k, it);
       if (num_tiles == 1) release_q();
 #pragma unroll
-      for (int j = 0; j < kTile / 2; ++j) sm90::fence_operand(s[j]);
+      for (int j = 0; j < kSTile / 2; ++j) sm90::fence_operand(s[j]);
       softmax(s, 0, scale);
       pack_p(s, pa);
       for (int t = 1; t < num_tiles; ++t) {
@@ -432,7 +442,7 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         release(empty_k, it + 1);
         if (t == num_tiles - 1) release_q();
 #pragma unroll
-        for (int j = 0; j < kTile / 2; ++j) sm90::fence_operand(s[j]);
+        for (int j = 0; j < kSTile / 2; ++j) sm90::fence_operand(s[j]);
         softmax(s, t, scale);
         sm90::wgmma_wait<0>();
 #pragma unroll
@@ -458,6 +468,59 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
       release(empty_v, it);
       ++it;
+    }
+
+    // kSplitKeys: consumer 1 hands its state (m, d, then O in two halves) to consumer 0 through
+    // Q's rows 64..127: in each 64-column block of Q their 8 KB, 16 floats a consumer thread,
+    // thread-major so that a warp's 32 floats fill the 32 banks. The threads of one warp and lane
+    // in the two warpgroups hold the same rows and columns; d is still per thread (the quad sums
+    // it below), m per row. Consumer 0 merges and writes; consumer 1 goes on to the next item.
+    if constexpr (kSplitKeys) {
+      const int x = tid % 128;
+      auto slot = [&](int j) -> float& {  // j < HeadDim / 4
+        constexpr int kBlockBytes = kCtaRows * 64 * static_cast<int>(sizeof(T));
+        float* upper = reinterpret_cast<float*>(smem + (j / 16) * kBlockBytes + kBlockBytes / 2);
+        return upper[(j % 16) * 128 + x];
+      };
+      auto handover = [&]() { sm90::named_barrier_sync(5, 256); };  // both consumer warpgroups
+      float f0[2] = {0.f, 0.f}, f1[2] = {0.f, 0.f};  // consumer 0: factors of its state and of 1's
+      if (cw == 1) {
+        slot(0) = m[0];
+        slot(1) = m[1];
+        slot(2) = d[0];
+        slot(3) = d[1];
+      }
+      handover();
+      if (cw == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float m1 = slot(i), d1 = slot(2 + i);
+          const float mx = fmaxf(m[i], m1);
+          f0[i] = prims::rescale_factor(m[i], mx);
+          f1[i] = prims::rescale_factor(m1, mx);
+          m[i] = mx;
+          d[i] = d[i] * f0[i] + d1 * f1[i];
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kHalf = HeadDim / 4;
+        handover();  // consumer 0 has read the previous hand-over
+        if (cw == 1) {
+#pragma unroll
+          for (int j = 0; j < kHalf; ++j) slot(j) = o_acc[half * kHalf + j];
+        }
+        handover();
+        if (cw == 0) {
+#pragma unroll
+          for (int j = 0; j < kHalf; ++j) {
+            const int i = (j >> 1) & 1;  // the accumulator's row (kHalf is a multiple of 4)
+            o_acc[half * kHalf + j] = o_acc[half * kHalf + j] * f0[i] + slot(j) * f1[i];
+          }
+        }
+      }
+      handover();  // consumer 1 may write the next item's state
+      if (cw == 1) continue;
     }
 
     // Epilogue: normalise and write this thread's two rows straight from the accumulators. At
@@ -601,24 +664,43 @@ struct Sm90Prefill {
     return t;
   }
 
+  // Split keys exist where a tile halves into 64-key halves (hd <= 128); the plan asks for them
+  // only there (KernelChoice::kv_tile).
+  static constexpr bool kHasSplitKeys = kTile >= 128;
+
+  template <bool kTma, bool kSplitKeys>
+  static void launch_variant(const AttentionParams& params, const Sm90Tma& tma, int num_ctas, cudaStream_t s) {
+    attention_sm90_kernel<T, HeadDim, kTma, kSplitKeys><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
+  }
+
   static void launch(const AttentionParams& params, int num_ctas, void* stream) {
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, true>, Shape::kSmemBytes>();
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, true, false>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false, false>, Shape::kSmemBytes>();
+    if constexpr (kHasSplitKeys) {
+      ensure_smem_limit<attention_sm90_kernel<T, HeadDim, true, true>, Shape::kSmemBytes>();
+      ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false, true>, Shape::kSmemBytes>();
+    }
     if (num_ctas <= 0) return;
+    GQ_CHECK(!params.split_item_keys || kHasSplitKeys, "split_item_keys: no 64-key halves at head_dim ", HeadDim);
     const Sm90Tma tma = make_tma(params);
     const auto s = static_cast<cudaStream_t>(stream);
-    if (tma.enabled) {
-      attention_sm90_kernel<T, HeadDim, true><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
-    } else {
-      attention_sm90_kernel<T, HeadDim, false><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
+    if constexpr (kHasSplitKeys) {
+      if (params.split_item_keys) {
+        if (tma.enabled) launch_variant<true, true>(params, tma, num_ctas, s);
+        else launch_variant<false, true>(params, tma, num_ctas, s);
+        GQ_CUDA_CHECK(cudaGetLastError());
+        return;
+      }
     }
+    if (tma.enabled) launch_variant<true, false>(params, tma, num_ctas, s);
+    else launch_variant<false, false>(params, tma, num_ctas, s);
     GQ_CUDA_CHECK(cudaGetLastError());
   }
-  // Both instantiations have the same shape, so either gives the occupancy.
+  // All instantiations have the same shape, so any gives the occupancy.
   static int ctas_per_sm() {
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false, false>, Shape::kSmemBytes>();
     int blocks = 0;
-    GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim, false>,
+    GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim, false, false>,
                                                                 Shape::kThreads, Shape::kSmemBytes));
     return blocks > 0 ? blocks : 1;
   }

@@ -37,6 +37,9 @@ struct AttentionParams {
   FastDivmod page;   // page_size (1 for ragged)
   float sm_scale_log2 = 0.f;
   int causal = 0;
+  // sm_90a kernel, every item <= 64 rows: the consumer warpgroups share the rows, each takes half
+  // of every K/V tile's keys (Plan::split_item_keys).
+  int split_item_keys = 0;
 };
 
 // Split-KV merge: partial rows -> o / lse.

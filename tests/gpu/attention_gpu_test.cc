@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api/env_flag.h"
 #include "dispatch/select_kernel.h"
 #include "gpu/gpu_util.h"
 
@@ -65,7 +66,7 @@ struct DecodeResult {
 // Runs one decode configuration on the CPU oracle and the GPU and compares.
 void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len, KVLayout layout,
                   const std::vector<int32_t>& kv_len, uint64_t seed, int max_num_splits = 0,
-                  DecodeResult* gpu_out = nullptr) {
+                  DecodeResult* gpu_out = nullptr, Plan* gpu_plan = nullptr) {
   const std::string what = describe_case(dtype, h, head_dim, page_size, qo_len, layout, kv_len);
   SCOPED_TRACE(what);
   const int batch = static_cast<int>(kv_len.size());
@@ -107,6 +108,7 @@ void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len,
   expect_close(o, o_ref, dtype, what);
   expect_lse_close(lse, lse_ref, what);
   if (gpu_out) *gpu_out = DecodeResult{o, lse};
+  if (gpu_plan) *gpu_plan = plan;
 }
 
 TEST(GpuDecode, GroupSizesPageSizesQoLens) {
@@ -191,21 +193,39 @@ TEST(GpuDecode, DraftTokensWithManyRowsSplitLikeUnsplit) {
 }
 
 // 17..64 packed rows with a request for nearly every SM: on sm_90 at hd128 the wgmma kernel
-// (select_kernel's requests_x_kv_heads), elsewhere decode_mid / decode_wide; MQA with 32 query
-// heads and 1 or 2 query tokens (32 or 64 rows), one request an SM, kv_len 0 and 1 among them.
+// (select_kernel's requests_x_kv_heads) with its two consumer warpgroups on the halves of each
+// K/V tile (Plan::split_item_keys), elsewhere decode_mid / decode_wide. MQA with 32 query heads
+// and 1 or 2 query tokens (32 or 64 rows), one request an SM, kv_len 0 and 1 among them, page 16
+// (gathers); page 128 (whole tiles by TMA) with one request of 9000 keys (the plan may split it);
+// 8 query heads a K/V head with 4 draft tokens (32 rows, causal among the new tokens).
 TEST(GpuDecode, WideRowsWithARequestForEverySm) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) == info.head_dims.end())
     GTEST_SKIP() << "head_dim 128 is not built";
-  int sms = 0;
+  int sms = 0, major = 0, minor = 0;
   GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  const bool split_keys = major * 10 + minor == 90 && !dispatch::sm90_disabled() &&
+                          !env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS");
   uint64_t seed = 1600;
-  for (int qo_len : {1, 2}) {
+  struct Case {
+    Heads h;
+    int qo_len, page_size, long_request;
+  };
+  const Case cases[] = {{Heads{32, 1}, 1, 16, 0}, {Heads{32, 1}, 2, 16, 0}, {Heads{32, 1}, 1, 128, 9000},
+                        {Heads{64, 8}, 4, 16, 0}};
+  for (const Case& c : cases) {
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-      std::vector<int32_t> kv_len = random_lengths(sms, 1, 700, seed, true);
-      kv_len[1] = std::max(kv_len[1], qo_len);
-      check_decode(info.dtypes.front(), Heads{32, 1}, 128, 16, qo_len, layout, kv_len, seed);
+      const int batch = (sms + c.h.kv - 1) / c.h.kv;
+      std::vector<int32_t> kv_len = random_lengths(batch, 1, 700, seed, true);
+      kv_len[1] = std::max(kv_len[1], c.qo_len);
+      if (c.long_request > 0) kv_len[2] = c.long_request;
+      Plan plan;
+      check_decode(info.dtypes[seed % info.dtypes.size()], c.h, 128, c.page_size, c.qo_len, layout, kv_len, seed, 0,
+                   nullptr, &plan);
+      EXPECT_EQ(plan.split_item_keys, split_keys);
       ++seed;
     }
   }
@@ -638,12 +658,12 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, mid);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 65, 90).family, kernels::Family::kPrefillSm90);
-    // 17..64 rows at hd128 with an item for at least 7/8 of the SMs: the wgmma kernel.
+    // 17..64 rows at hd128 with an item for at least a fifth of the SMs: the wgmma kernel.
     if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) != info.head_dims.end()) {
       const DType dt = info.dtypes[0];
-      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 116, 132).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 27, 132).family, kernels::Family::kPrefillSm90);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 64, 90, 128, 132).family, kernels::Family::kPrefillSm90);
-      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 115, 132).family, kernels::Family::kDecodeMid);
+      EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 26, 132).family, kernels::Family::kDecodeMid);
       // <= 16 rows with >= 3 x SMs requests x K/V heads: decode_many (sm_90 only).
       const kernels::Family many =
           dispatch::decode_many_disabled() ? kernels::Family::kDecode : kernels::Family::kDecodeMany;
