@@ -75,7 +75,7 @@ constexpr int kDecodeMidRows = AttnShape<Family::kDecodeMid, 128>::kCtaRows;
 constexpr int kDecodeWideRows = AttnShape<Family::kDecodeWide, 128>::kCtaRows;
 // The share of the SMs the wgmma kernel's decode items must fill (H200: 27 of 132) to take 17..64 rows:
 // with both consumer warpgroups on an item's keys (Plan::split_item_keys) and split-KV, a batch of
-// 32 MQA requests too (wip: perf-notes item 94).
+// 32 MQA requests too (perf-notes items 94, 97: MQA 32 x 2K-32K 1.12-1.15x).
 constexpr double kWgmmaDecodeFill = 0.2;
 // 17..32 rows take 16-row items where requests x K/V heads x kRowTiles16Share <= SMs (H200: <= 2).
 constexpr int64_t kRowTiles16Share = 64;
