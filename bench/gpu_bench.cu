@@ -28,8 +28,6 @@ namespace {
 constexpr size_t kL2RotateBytes = size_t(240) << 20;  // 4x the H200's 60 MB L2
 constexpr int kMaxSets = 8;
 constexpr int kCeilingReps = 20;
-constexpr int kReadCeilingReps = 1000;  // ~1 s of 4 GB passes (see gpu_measure_ceilings)
-constexpr int kGemmWarmupReps = 64;     // ~100 ms of 8192^3 GEMMs
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
@@ -169,39 +167,36 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 Ceilings gpu_measure_ceilings() {
   Ceilings c;
+  const size_t read_bytes = size_t(4) << 30;
+  c.read_gbps = kernels::measure_read_bandwidth_gbps(read_bytes, kCeilingReps, nullptr);
+  DeviceBuffer buf = alloc(read_bytes);
+  fill_random(buf.get(), read_bytes / 2, 1, DType::kBF16);
+
+  const size_t copy_bytes = size_t(2) << 30;
+  DeviceBuffer dst = alloc(copy_bytes);
+  const double copy_us =
+      median_us([&](int) { GQ_CUDA_CHECK(cudaMemcpyAsync(dst.get(), buf.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, kCeilingReps);
+  c.copy_gbps = 2.0 * copy_bytes / copy_us * 1e-3;
+  dst.reset();
+  buf.reset();
+
   const int n = 8192;
-  {
-    DeviceBuffer a = alloc(size_t(n) * n * 2), b = alloc(size_t(n) * n * 2), d = alloc(size_t(n) * n * 2);
-    fill_random(a.get(), size_t(n) * n, 2, DType::kBF16);
-    fill_random(b.get(), size_t(n) * n, 3, DType::kBF16);
-    cublasHandle_t handle;
-    check_cublas(cublasCreate(&handle), "cublasCreate");
-    const float alpha = 1.f, beta = 0.f;
-    auto gemm = [&](int) {
-      check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n, b.get(),
-                                CUDA_R_16BF, n, &beta, d.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx");
-    };
-    // The first measurement of the process: ~100 ms of GEMMs first, so that the clocks are up
-    // (the read ceiling, measured first until session 18, had given the GEMM that warm-up).
-    for (int i = 0; i < kGemmWarmupReps; ++i) gemm(i);
-    const double gemm_us = median_us(gemm, kCeilingReps);
-    check_cublas(cublasDestroy(handle), "cublasDestroy");
-    c.gemm_tflops = 2.0 * n * n * double(n) / gemm_us * 1e-6;
-  }
-  {
-    const size_t copy_bytes = size_t(2) << 30;
-    DeviceBuffer src = alloc(copy_bytes), dst = alloc(copy_bytes);
-    fill_random(src.get(), copy_bytes / 2, 1, DType::kBF16);
-    const double copy_us = median_us(
-        [&](int) { GQ_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice)); },
-        kCeilingReps);
-    c.copy_gbps = 2.0 * copy_bytes / copy_us * 1e-3;
-  }
-  // The streaming read last, and long: its passes leave the GPU in the state of the decode rows
-  // that follow, not of the GEMM's power draw (the sweep's first rows ran 4-9% under a later
-  // re-run of them twice when the GEMM came just before them: docs/perf-notes.md, items 89, 103).
-  c.read_gbps = kernels::measure_read_bandwidth_gbps(size_t(4) << 30, kReadCeilingReps, nullptr);
+  DeviceBuffer a = alloc(size_t(n) * n * 2), b = alloc(size_t(n) * n * 2), d = alloc(size_t(n) * n * 2);
+  fill_random(a.get(), size_t(n) * n, 2, DType::kBF16);
+  fill_random(b.get(), size_t(n) * n, 3, DType::kBF16);
+  cublasHandle_t handle;
+  check_cublas(cublasCreate(&handle), "cublasCreate");
+  const float alpha = 1.f, beta = 0.f;
+  const double gemm_us = median_us(
+      [&](int) {
+        check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n, b.get(),
+                                  CUDA_R_16BF, n, &beta, d.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx");
+      },
+      kCeilingReps);
+  check_cublas(cublasDestroy(handle), "cublasDestroy");
+  c.gemm_tflops = 2.0 * n * n * double(n) / gemm_us * 1e-6;
   GQ_CUDA_CHECK(cudaDeviceSynchronize());
   return c;
 }
