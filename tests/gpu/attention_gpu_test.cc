@@ -59,6 +59,23 @@ void expect_lse_close(const HostTensor& got, const HostTensor& ref, const std::s
   EXPECT_LE(d.max_abs, kLseTol) << what << " (lse)";
 }
 
+bool head_dim_built(const BuildInfo& info, int head_dim) {
+  return std::find(info.head_dims.begin(), info.head_dims.end(), head_dim) != info.head_dims.end();
+}
+
+// Device 0's SM count and compute capability (major x 10 + minor).
+struct DeviceSms {
+  int count = 0;
+  int arch = 0;
+};
+DeviceSms device_sms() {
+  int count = 0, major = 0, minor = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  return DeviceSms{count, major * 10 + minor};
+}
+
 struct DecodeResult {
   HostTensor o, lse;
 };
@@ -201,13 +218,10 @@ TEST(GpuDecode, DraftTokensWithManyRowsSplitLikeUnsplit) {
 TEST(GpuDecode, WideRowsWithARequestForEverySm) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
-  if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) == info.head_dims.end())
-    GTEST_SKIP() << "head_dim 128 is not built";
-  int sms = 0, major = 0, minor = 0;
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-  const bool split_keys = major * 10 + minor == 90 && !dispatch::sm90_disabled() &&
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  const DeviceSms dev = device_sms();
+  const int sms = dev.count;
+  const bool split_keys = dev.arch == 90 && !dispatch::sm90_disabled() &&
                           !env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS");
   uint64_t seed = 1600;
   struct Case {
@@ -237,19 +251,16 @@ TEST(GpuDecode, WideRowsWithARequestForEverySm) {
 TEST(GpuDecode, ManyRequestsOnTheSmallTileFamily) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
-  if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) == info.head_dims.end())
-    GTEST_SKIP() << "head_dim 128 is not built";
-  int sms = 0, major = 0, minor = 0;
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  const DeviceSms dev = device_sms();
+  const int sms = dev.count;
   uint64_t seed = 1700;
   for (Heads h : {Heads{8, 8}, Heads{16, 4}}) {
     const int batch = (3 * sms + h.kv - 1) / h.kv + 1;
     for (int qo_len : {1, 2}) {
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
         const DType dtype = info.dtypes[seed % info.dtypes.size()];
-        if (major * 10 + minor == 90 && !dispatch::decode_many_disabled()) {
+        if (dev.arch == 90 && !dispatch::decode_many_disabled()) {
           EXPECT_EQ(dispatch::select_kernel(dtype, 128, h.qo / h.kv * qo_len, 90, int64_t(batch) * h.kv, sms).family,
                     kernels::Family::kDecodeMany);
         }
@@ -553,8 +564,7 @@ TEST(GpuPrefill, WholeTilePagesEveryHeadDim) {
 TEST(GpuPrefill, SmallPageBoxesHeadDim256) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
-  if (std::find(info.head_dims.begin(), info.head_dims.end(), 256) == info.head_dims.end())
-    GTEST_SKIP() << "head_dim 256 is not built (-DGQATTN_HEAD_DIMS)";
+  if (!head_dim_built(info, 256)) GTEST_SKIP() << "head_dim 256 is not built (-DGQATTN_HEAD_DIMS)";
   uint64_t seed = 1900;
   for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
     for (int page_size : {8, 16, 32}) {
@@ -639,12 +649,9 @@ TEST(GpuPrefill, EveryHeadDimAndDtypeBuilt) {
 // the portable kernel).
 TEST(GpuPrefill, HopperPathSelectedOnSm90) {
   GQ_REQUIRE_GPU();
-  int major = 0, minor = 0;
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
   const BuildInfo info = build_info();
   const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
-  if (major * 10 + minor != 90 || !built) GTEST_SKIP() << "not an sm_90 device with sm_90a code built";
+  if (device_sms().arch != 90 || !built) GTEST_SKIP() << "not an sm_90 device with sm_90a code built";
   const dispatch::KernelChoice c = dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90);
   if (dispatch::sm90_disabled()) {
     EXPECT_EQ(c.family, kernels::Family::kPrefill);
@@ -659,7 +666,7 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 65, 90).family, kernels::Family::kPrefillSm90);
     // 17..64 rows at hd128 with an item for at least a fifth of the SMs: the wgmma kernel.
-    if (std::find(info.head_dims.begin(), info.head_dims.end(), 128) != info.head_dims.end()) {
+    if (head_dim_built(info, 128)) {
       const DType dt = info.dtypes[0];
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 27, 132).family, kernels::Family::kPrefillSm90);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 64, 90, 128, 132).family, kernels::Family::kPrefillSm90);
