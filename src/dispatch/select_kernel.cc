@@ -22,7 +22,7 @@ KernelChoice entry() {
   c.family = F;
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
-  c.key_time = F == Family::kDecode || F == Family::kDecodeMany ? 1.0 : 1.36;
+  c.key_time = F == Family::kDecode || F == Family::kDecodeMany || F == Family::kDecodeLong ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
   return c;
@@ -33,6 +33,7 @@ void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kDecode>());
   if constexpr (HeadDim <= kernels::kDecodeMidMaxHeadDim) table.push_back(entry<D, HeadDim, Family::kDecodeMid>());
   if constexpr (HeadDim == kernels::kDecodeManyHeadDim) table.push_back(entry<D, HeadDim, Family::kDecodeMany>());
+  if constexpr (HeadDim == kernels::kDecodeLongHeadDim) table.push_back(entry<D, HeadDim, Family::kDecodeLong>());
   table.push_back(entry<D, HeadDim, Family::kDecodeWide>());
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
 #ifdef GQATTN_BUILT_SM90
@@ -84,6 +85,11 @@ constexpr int64_t kDecodeManyPerSm = 3;
 // ... and at most this many keys a request on average, where the lengths are known (not in CUDA-graph
 // mode): H200 (perf-notes item 88) 1.02-1.14x at 512-2K keys, 0.987x at 8K-32K.
 constexpr int64_t kDecodeManyMaxMeanKeys = 4096;
+// <= 16 rows at hd64 take decode_long where kDecodeLongMinItems <= requests x K/V heads <
+// kDecodeManyPerSm x SMs and the plan knows that a request has >= kDecodeLongMinMeanKeys keys on
+// average (perf-notes items 96, 99).
+constexpr int64_t kDecodeLongMinItems = 128;
+constexpr int64_t kDecodeLongMinMeanKeys = 2048;
 
 }  // namespace
 
@@ -94,6 +100,11 @@ bool sm90_disabled() {
 
 bool decode_many_disabled() {
   static const bool disabled = env_flag("GQATTN_DISABLE_DECODE_MANY");
+  return disabled;
+}
+
+bool decode_long_disabled() {
+  static const bool disabled = env_flag("GQATTN_DISABLE_DECODE_LONG");
   return disabled;
 }
 
@@ -138,6 +149,17 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                     num_sms > 0 && requests_x_kv_heads >= kDecodeManyPerSm * num_sms &&
                     mean_kv_len <= kDecodeManyMaxMeanKeys && !decode_many_disabled();
   if (many) family = Family::kDecodeMany;
+  // <= 16 rows at hd64 where a few hundred requests x K/V heads (about one to three per SM) stream
+  // >= 2048 keys each on average: decode_long's 128-key tiles, two CTAs an SM. H200 (perf-notes
+  // item 99, 128-key tiles for every hd64 row): GQA-8 32 x 2K / 8K / 32K 1.105 / 1.052 / 1.041x,
+  // MHA 8 x 2K 1.067x; outside this rule they lost: many short items 0.81-0.94x (four CTAs an SM
+  // of 64-key tiles overlap their starts), few or short requests 0.92-0.99x (a split's chunks
+  // are whole 128-key tiles). Only where the plan knows the lengths (not in CUDA-graph mode).
+  const bool long_tiles = family == Family::kDecode && head_dim == kernels::kDecodeLongHeadDim && sm == 90 &&
+                          num_sms > 0 && requests_x_kv_heads >= kDecodeLongMinItems &&
+                          requests_x_kv_heads < kDecodeManyPerSm * num_sms && mean_kv_len >= kDecodeLongMinMeanKeys &&
+                          !decode_long_disabled();
+  if (long_tiles) family = Family::kDecodeLong;
   bool head_dim_built = false, dtype_built = false;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;

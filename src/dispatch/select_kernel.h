@@ -38,13 +38,17 @@ struct KernelChoice {
 // where requests_x_kv_heads x 64 <= num_sms (perf-notes item 75: MQA at batch 1-2); and let
 // <= 16 rows at head_dim 128 on sm_90 take decode_many (32-key tiles, four CTAs an SM) where
 // requests_x_kv_heads >= 3 x num_sms and `mean_kv_len` (keys a request with query rows, on
-// average; 0 where not known, as in CUDA-graph mode) <= 4096 (perf-notes items 85, 86, 88).
+// average; 0 where not known, as in CUDA-graph mode) <= 4096 (perf-notes items 85, 86, 88); and
+// let <= 16 rows at head_dim 64 on sm_90 take decode_long (128-key tiles, two CTAs an SM) where
+// 128 <= requests_x_kv_heads < 3 x num_sms and mean_kv_len >= 2048 (perf-notes items 96, 99).
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, int64_t requests_x_kv_heads = 0,
                            int num_sms = 0, int64_t mean_kv_len = 0);
 // Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
 bool sm90_disabled();
 // Whether GQATTN_DISABLE_DECODE_MANY (read once per process) keeps <= 16 rows on the decode family.
 bool decode_many_disabled();
+// Whether GQATTN_DISABLE_DECODE_LONG (read once per process) keeps <= 16 rows at hd64 on the decode family.
+bool decode_long_disabled();
 // The kernel table row chosen earlier by select_kernel (for run()).
 const KernelChoice& kernel_by_id(int id);
 

@@ -5,9 +5,10 @@
 // query rows, key chunk): the group_size query heads of a K/V head (times the request's query
 // tokens) are packed into the MMA's M dimension, so every K/V tile is read from memory once per
 // group. K/V tiles stream through a cp.async pipeline kStages deep; pages are resolved per key
-// row, so any page size and either layout works. Warps split the rows (kWarpsM) and each tile's
-// keys (kWarpsKV); their online-softmax states are merged in shared memory at the end, and the
-// result goes to o (or, for a split-KV chunk, to the fp32 partial buffer merged later).
+// row, so any page size and either layout works. Warps split the rows (kWarpsM), each tile's
+// keys (kWarpsKV) and the output's columns (kWarpsN: the warps of one column split compute the
+// same scores); the key warps' online-softmax states are merged in shared memory at the end, and
+// the result goes to o (or, for a split-KV chunk, to the fp32 partial buffer merged later).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -96,7 +97,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   constexpr int kCtaRows = Shape::kCtaRows;
   constexpr int kWarpKV = Shape::kWarpKV;
   constexpr int kN = kWarpKV / 8;  // 8-key MMA tiles per warp per K/V tile
-  constexpr int kD = HeadDim / 8;  // 8-column MMA tiles of the output
+  constexpr int kWarpCols = Shape::kWarpCols;
+  constexpr int kD = kWarpCols / 8;  // 8-column MMA tiles of this warp's output columns
   constexpr int kEpiStride = Shape::kEpiStride;
   constexpr int kMT = Cfg::kMTiles;  // 16-row MMA tiles per warp
   constexpr int kWarpRows = Shape::kWarpRows;
@@ -113,7 +115,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int wm = warp % Cfg::kWarpsM;
-  const int wk = warp / Cfg::kWarpsM;
+  // (kWarpsN == 1: wn is the constant 0, so the other families compile as without column warps)
+  const int wk = Cfg::kWarpsN == 1 ? warp / Cfg::kWarpsM : (warp / Cfg::kWarpsM) % Cfg::kWarpsKV;
+  const int wn = Cfg::kWarpsN == 1 ? 0 : warp / (Cfg::kWarpsM * Cfg::kWarpsKV);
+  const int col0 = wn * kWarpCols;  // this warp's first output column
   const int load_row = tid / kChunks;
   const int load_chunk = tid % kChunks;
   const int group = static_cast<int>(p.group.divisor);
@@ -294,9 +299,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
         }
         const int key_row = wk * kWarpKV + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
-        for (int dp = 0; dp < HeadDim / 16; ++dp) {
+        for (int dp = 0; dp < kWarpCols / 16; ++dp) {
           uint32_t b[4];
-          prims::ldmatrix_x4_trans(b, s_v + swizzle<HeadDim>(key_row, 2 * dp + (lane >> 4)));
+          prims::ldmatrix_x4_trans(b, s_v + swizzle<HeadDim>(key_row, col0 / 8 + 2 * dp + (lane >> 4)));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             prims::mma_16816<T>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
@@ -322,10 +327,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
         const int rr = wm * kWarpRows + mt * 16 + (lane >> 2) + i * 8;
 #pragma unroll
         for (int j = 0; j < kD; ++j) {
-          *reinterpret_cast<float2*>(&s_o[rr * kEpiStride + j * 8 + 2 * (lane & 3)]) =
+          *reinterpret_cast<float2*>(&s_o[rr * kEpiStride + col0 + j * 8 + 2 * (lane & 3)]) =
               make_float2(o_acc[mt][j][2 * i], o_acc[mt][j][2 * i + 1]);
         }
-        if ((lane & 3) == 0) {
+        if ((lane & 3) == 0 && wn == 0) {  // the column warps hold the same (m, d)
           s_md[(wk * kCtaRows + rr) * 2] = m[mt][i];
           s_md[(wk * kCtaRows + rr) * 2 + 1] = dd;
         }

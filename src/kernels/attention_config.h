@@ -6,7 +6,11 @@
 namespace gqattn::kernels {
 
 // decode: few packed query rows (group_size x qo_len <= 16), many keys: one warp row, four warps
-//         splitting each K/V tile, a deep cp.async pipeline to keep HBM busy.
+//         splitting each K/V tile, a deep cp.async pipeline to keep HBM busy (hd256: two warps
+//         on the keys times two on the output's columns).
+// decode_long: the decode family's rows at hd64 where a few hundred requests x K/V heads stream
+//         thousands of keys each (hd64 only): tiles of 128 keys (an hd128 tile's bytes), two CTAs
+//         an SM, where the decode family's 64-key tiles fit four.
 // decode_mid: 17..32 packed rows at head_dim <= 128 (MQA with 32 query heads, GQA-8 with 4 draft
 //         tokens): one warp row of two 16-row tiles, four warps splitting each K/V tile, so that
 //         all four warps compute on 32 rows (decode_wide idles its second row warp there).
@@ -20,7 +24,8 @@ namespace gqattn::kernels {
 //         shared by all of them.
 // prefill_sm90: the Hopper path (attention_sm90.cuh): one producer warpgroup streams K/V tiles
 //         into an mbarrier pipeline, two consumer warpgroups of 64 rows each run wgmma.
-enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3, kDecodeMid = 4, kDecodeMany = 5 };
+enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3, kDecodeMid = 4, kDecodeMany = 5,
+                    kDecodeLong = 6 };
 
 template <Family F, int HeadDim>
 struct AttnConfig;
@@ -33,6 +38,10 @@ struct AttnConfig<Family::kDecode, HeadDim> {
   // per SM as at hd <= 128 (64-key tiles took 192 KB: one CTA, 3.72 TB/s; perf-notes item 47).
   static constexpr int kWarpsKV = HeadDim <= 128 ? 4 : 2;
   static constexpr int kKVTile = HeadDim <= 128 ? 64 : 32;
+  // hd256: each key warp is a pair of warps that compute the same scores and multiply P by their
+  // own half of V's columns, so an SM's two CTAs run two warps a scheduler, not one (two warps of
+  // 256 columns issued every 2.6 cycles from a single warp: perf-notes item 101).
+  static constexpr int kWarpsN = HeadDim <= 128 ? 1 : 2;
   // Three stages leave room for two CTAs per SM: while one waits at its barrier or computes, the
   // other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA per SM,
   // 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
@@ -45,6 +54,7 @@ constexpr int kDecodeMidMaxHeadDim = 128;
 
 template <int HeadDim>
 struct AttnConfig<Family::kDecodeMid, HeadDim> {
+  static constexpr int kWarpsN = 1;  // warps along the output's columns (see decode)
   static_assert(HeadDim <= kDecodeMidMaxHeadDim, "decode_mid is built for head_dim <= 128 only");
   static constexpr int kWarpsM = 1;
   static constexpr int kMTiles = 2;
@@ -58,6 +68,7 @@ constexpr int kDecodeManyHeadDim = 128;
 
 template <int HeadDim>
 struct AttnConfig<Family::kDecodeMany, HeadDim> {
+  static constexpr int kWarpsN = 1;  // warps along the output's columns (see decode)
   static_assert(HeadDim == kDecodeManyHeadDim, "decode_many is built for head_dim 128 only");
   static constexpr int kWarpsM = 1;
   static constexpr int kMTiles = 1;
@@ -68,8 +79,25 @@ struct AttnConfig<Family::kDecodeMany, HeadDim> {
   static constexpr int kStages = 3;
 };
 
+// decode_long exists for this head dim only (measured there: perf-notes items 96, 99).
+constexpr int kDecodeLongHeadDim = 64;
+
+template <int HeadDim>
+struct AttnConfig<Family::kDecodeLong, HeadDim> {
+  static_assert(HeadDim == kDecodeLongHeadDim, "decode_long is built for head_dim 64 only");
+  static constexpr int kWarpsN = 1;  // warps along the output's columns (see decode)
+  static constexpr int kWarpsM = 1;
+  static constexpr int kMTiles = 1;
+  // 128-key tiles over four warps, three stages: 98 KB, two CTAs an SM (the bytes in flight of the
+  // decode family at hd128, with half the barriers a byte of hd64's 64-key tiles).
+  static constexpr int kWarpsKV = 4;
+  static constexpr int kKVTile = 128;
+  static constexpr int kStages = 3;
+};
+
 template <int HeadDim>
 struct AttnConfig<Family::kDecodeWide, HeadDim> {
+  static constexpr int kWarpsN = 1;  // warps along the output's columns (see decode)
   // hd256: four single-tile warps over the whole key tile (two row tiles would not fit registers).
   static constexpr int kWarpsM = HeadDim <= 128 ? 2 : 4;
   static constexpr int kMTiles = HeadDim <= 128 ? 2 : 1;
@@ -82,6 +110,7 @@ struct AttnConfig<Family::kDecodeWide, HeadDim> {
 
 template <int HeadDim>
 struct AttnConfig<Family::kPrefill, HeadDim> {
+  static constexpr int kWarpsN = 1;  // warps along the output's columns (see decode)
   static constexpr int kWarpsM = 4;
   // Two 16-row MMA tiles per warp share every K/V fragment read from shared memory, halving the
   // shared-memory traffic per FLOP (hd256 keeps one: its accumulators fill the registers).
@@ -96,11 +125,12 @@ struct AttnConfig<Family::kPrefill, HeadDim> {
 template <Family F, int HeadDim, typename Cfg = AttnConfig<F, HeadDim>>
 struct AttnShape {
   static constexpr int kElemBytes = 2;
-  static constexpr int kWarps = Cfg::kWarpsM * Cfg::kWarpsKV;
+  static constexpr int kWarps = Cfg::kWarpsM * Cfg::kWarpsKV * Cfg::kWarpsN;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16 * Cfg::kMTiles;
   static constexpr int kCtaRows = kWarpRows * Cfg::kWarpsM;
   static constexpr int kWarpKV = Cfg::kKVTile / Cfg::kWarpsKV;  // keys per warp per tile
+  static constexpr int kWarpCols = HeadDim / Cfg::kWarpsN;       // output columns per warp
   static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
   static constexpr int kStageBytes = 2 * Cfg::kKVTile * HeadDim * kElemBytes;  // K + V
   // Epilogue: each KV-warp's fp32 O rows (padded by 4 floats against bank conflicts), then m, d.
@@ -112,6 +142,7 @@ struct AttnShape {
   static_assert(kThreads % (HeadDim / 8) == 0, "a load pass covers whole rows");
   static_assert(HeadDim % 16 == 0 && HeadDim >= 64, "head_dim must be a multiple of 16, >= 64 (swizzle)");
   static_assert(kWarpKV % 16 == 0, "each warp takes whole 16-key MMA steps");
+  static_assert(kWarpCols % 16 == 0, "each warp takes whole 16-column P V steps");
   static_assert((Cfg::kKVTile * HeadDim / 8) % kThreads == 0, "K/V tile loads split evenly over threads");
   static_assert((kCtaRows * HeadDim / 8) % kThreads == 0, "Q tile loads split evenly over threads");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");

@@ -273,6 +273,34 @@ TEST(GpuDecode, ManyRequestsOnTheSmallTileFamily) {
   }
 }
 
+// A few hundred requests x K/V heads of >= 2048 keys on average at hd64: decode_long on sm_90
+// (128-key tiles, two CTAs an SM; other devices run the decode family on the same plans). G = 4
+// with one and two tokens, 256 and 128 items (the planner may split the latter), both layouts,
+// page 16 and page 3, lengths 0, 1 and 2300..2900 (not multiples of the tile).
+TEST(GpuDecode, LongRequestsOnTheLongTileFamily) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 64)) GTEST_SKIP() << "head_dim 64 is not built";
+  const bool expect_long = device_sms().arch == 90 && !dispatch::decode_long_disabled();
+  uint64_t seed = 1900;
+  for (int batch : {32, 16}) {
+    for (int qo_len : {1, 2}) {
+      for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+        const DType dtype = info.dtypes[seed % info.dtypes.size()];
+        std::vector<int32_t> kv_len = random_lengths(batch, 2300, 2900, seed, true);
+        kv_len[1] = std::max(kv_len[1], qo_len);
+        Plan plan;
+        check_decode(dtype, Heads{32, 8}, 64, layout == KVLayout::kNHD ? 16 : 3, qo_len, layout, kv_len, seed, 0,
+                     nullptr, &plan);
+        const kernels::Family family = dispatch::kernel_by_id(plan.kernel_id).family;
+        if (expect_long) EXPECT_EQ(family, kernels::Family::kDecodeLong) << "batch " << batch;
+        else EXPECT_NE(family, kernels::Family::kDecodeLong);
+        ++seed;
+      }
+    }
+  }
+}
+
 TEST(GpuDecode, BitwiseDeterministic) {
   GQ_REQUIRE_GPU();
   DecodeResult a, b;
@@ -686,6 +714,21 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 17, 90, 2, 132).family, kernels::Family::kDecode);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 32, 90, 3, 132).family, kernels::Family::kDecodeMid);
       EXPECT_EQ(dispatch::select_kernel(dt, 128, 33, 90, 1, 132).family, kernels::Family::kDecodeWide);
+    }
+    // <= 16 rows at hd64 with 128 .. 3 x SMs - 1 requests x K/V heads of >= 2048 keys on average:
+    // decode_long (sm_90, lengths known).
+    if (head_dim_built(info, 64)) {
+      const DType dt = info.dtypes[0];
+      const kernels::Family lng =
+          dispatch::decode_long_disabled() ? kernels::Family::kDecode : kernels::Family::kDecodeLong;
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 8, 90, 256, 132, 8192).family, lng);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 90, 128, 132, 2048).family, lng);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 90, 395, 132, 2048).family, lng);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 90, 127, 132, 8192).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 90, 396, 132, 8192).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 90, 256, 132, 2047).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 90, 256, 132, 0).family, kernels::Family::kDecode);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 16, 80, 256, 132, 8192).family, kernels::Family::kDecode);
     }
   }
 }
