@@ -175,14 +175,27 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       sm90::mbar_arrive_on_cp_async(q_full);
 
       // K/V tiles: warp pw copies rows [pw * kRowsPerWarp, +kRowsPerWarp) of each tile. Lane l
-      // looks up the page of row l once per tile; the copy loop takes row offsets from it by
-      // shuffle, kLanesPerRow lanes covering one row's contiguous bytes per instruction.
+      // looks up the page of row l once per tile; the copy loop takes row offsets (bytes) from it
+      // by shuffle, kLanesPerRow lanes covering one row's contiguous bytes per instruction.
       constexpr int kRowsPerWarp = kTile / 4;
       constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
       constexpr int kRowsPerIter = 32 / kLanesPerRow;
-      static_assert(kChunks <= 32 && kRowsPerWarp <= 32 && kRowsPerWarp % kRowsPerIter == 0, "producer mapping");
+      constexpr int kIters = kRowsPerWarp / kRowsPerIter;
+      // A thread's rows repeat the 128-byte swizzle every 8 rows, kPeriod iterations: its shared
+      // addresses are kPeriod bases plus multiples of 8 rows (immediates in the copy loop).
+      constexpr int kPeriod = 8 / kRowsPerIter;
+      constexpr uint32_t kPeriodBytes = 8 * 64 * sizeof(T);
+      constexpr uint32_t kVBytes = kTile * HeadDim * sizeof(T);  // V's buffer after K's
+      static_assert(kChunks <= 32 && kRowsPerWarp <= 32 && kIters % kPeriod == 0, "producer mapping");
       const int pwarp = sm90::warp_uniform(tid / 32), plane = tid & 31;
       const int sub = plane / kLanesPerRow, chunk = plane % kLanesPerRow;
+      uint32_t dst_base[kPeriod];
+#pragma unroll
+      for (int j = 0; j < kPeriod; ++j) {
+        dst_base[j] = sizeof(T) * sw128_offset<kTile>(pwarp * kRowsPerWarp + j * kRowsPerIter + sub, chunk);
+      }
+      const char* k_lane = reinterpret_cast<const char*>(k) + chunk * 16;
+      const char* v_lane = reinterpret_cast<const char*>(v) + chunk * 16;
       const int64_t head_offset = static_cast<int64_t>(w.kv_head) * p.kv_head_stride;
       for (int t = 0; t < num_tiles; ++t, ++it) {
         const int stage = static_cast<int>(it % kStages);
@@ -232,26 +245,41 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
           }
           continue;
         }
-        int64_t my_offset = -1;  // -1: past the keys of this item (zero-filled)
+        int64_t my_offset = -1;  // bytes; -1: past the keys of this item (zero-filled)
         {
           const int key = key0 + pwarp * kRowsPerWarp + plane;
           if (plane < kRowsPerWarp && key < kv_stop) {
             uint32_t page, slot;
             p.page.divmod(static_cast<uint32_t>(key), page, slot);
             const int64_t id = p.page_indices ? __ldg(p.page_indices + w.page_begin + page) : w.page_begin + page;
-            my_offset = id * p.kv_page_stride + static_cast<int64_t>(slot) * p.kv_token_stride + head_offset;
+            my_offset = (id * p.kv_page_stride + static_cast<int64_t>(slot) * p.kv_token_stride + head_offset) *
+                        static_cast<int64_t>(sizeof(T));
           }
         }
+        // A tile wholly inside the item's keys (all but its last) copies without the zero-fill
+        // predicate; its shared addresses are the stage's base plus the thread's constants.
+        const bool whole = key0 + kTile <= kv_stop;
+        const uint32_t s_k_addr = prims::smem_addr(s_k);
         auto copy_rows = [&](bool with_k, bool with_v) {  // this thread's 16-byte chunks of the tile
+          if (whole) {
 #pragma unroll
-          for (int i = 0; i < kRowsPerWarp / kRowsPerIter; ++i) {
+            for (int i = 0; i < kIters; ++i) {
+              const int64_t offset = __shfl_sync(0xffffffffu, my_offset, i * kRowsPerIter + sub);
+              const uint32_t dst = s_k_addr + dst_base[i % kPeriod] + (i / kPeriod) * kPeriodBytes;
+              if (with_k) prims::cp_async_16_at(dst, k_lane + offset);
+              if (with_v) prims::cp_async_16_at(dst + kVBytes, v_lane + offset);
+            }
+            return;
+          }
+#pragma unroll
+          for (int i = 0; i < kIters; ++i) {
             const int rr = i * kRowsPerIter + sub;
             const int64_t offset = __shfl_sync(0xffffffffu, my_offset, rr);
             const int r = pwarp * kRowsPerWarp + rr;
             const bool valid = offset >= 0;
-            const int64_t src = valid ? offset + chunk * 8 : 0;
-            if (with_k) prims::cp_async_16(s_k + sw128_offset<kTile>(r, chunk), k + src, valid);
-            if (with_v) prims::cp_async_16(s_v + sw128_offset<kTile>(r, chunk), v + src, valid);
+            const int64_t src = valid ? offset : 0;
+            if (with_k) prims::cp_async_16(s_k + sw128_offset<kTile>(r, chunk), k_lane + src, valid);
+            if (with_v) prims::cp_async_16(s_v + sw128_offset<kTile>(r, chunk), v_lane + src, valid);
           }
         };
         const uint32_t parity = ((it / kStages) & 1) ^ 1;
