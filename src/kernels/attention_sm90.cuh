@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       constexpr int kPeriod = 8 / kRowsPerIter;
       constexpr uint32_t kPeriodBytes = 8 * 64 * sizeof(T);
       constexpr uint32_t kVBytes = kTile * HeadDim * sizeof(T);  // V's buffer after K's
-      static_assert(kChunks <= 32 && kRowsPerWarp <= 32 && kIters % kPeriod == 0, "producer mapping");
+      static_assert(kChunks <= 32 && kRowsPerWarp <= 32 && kRowsPerWarp % 8 == 0 && kIters % kPeriod == 0,
+                    "producer mapping: each warp's first row starts a swizzle period");
       const int pwarp = sm90::warp_uniform(tid / 32), plane = tid & 31;
       const int sub = plane / kLanesPerRow, chunk = plane % kLanesPerRow;
       uint32_t dst_base[kPeriod];
