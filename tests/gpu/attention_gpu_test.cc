@@ -535,7 +535,8 @@ TEST(GpuPrefill, OddLengthsAllGroupSizesRaggedAndPaged) {
   for (const Heads& h : {Heads{4, 4}, Heads{8, 2}, Heads{14, 2}, Heads{16, 2}, Heads{8, 1}}) {
     for (int page_size : {0, 1, 16, 64}) {
       for (bool causal : {true, false}) {
-        const std::vector<int32_t> len = {1, 17, 97, 0, 300};
+        // 256: every K/V tile of the wgmma kernel's items whole (no predicated last tile).
+        const std::vector<int32_t> len = {1, 17, 97, 0, 300, 256};
         check_prefill(DType::kBF16, h, 128, page_size, causal, seed % 2 ? KVLayout::kHND : KVLayout::kNHD, len, len,
                       seed);
         ++seed;
