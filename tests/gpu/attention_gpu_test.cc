@@ -33,15 +33,16 @@ std::string describe_case(DType dtype, Heads h, int head_dim, int page_size, int
   return os.str();
 }
 
-// Random lengths in [lo, hi], with 0 and 1 mixed in when asked.
-std::vector<int32_t> random_lengths(int batch, int lo, int hi, uint64_t seed, bool edges) {
+// Random lengths in [lo, hi], with the edges mixed in when asked: 0 keys, and the fewest keys a
+// request with qo_len new tokens can have (qo_len: with the causal mask they are the last keys).
+std::vector<int32_t> random_lengths(int batch, int lo, int hi, uint64_t seed, bool edges, int qo_len = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> dist(lo, hi);
   std::vector<int32_t> out(batch);
   for (int& l : out) l = dist(rng);
   if (edges && batch >= 3) {
     out[0] = 0;
-    out[1] = 1;
+    out[1] = qo_len;
   }
   return out;
 }
@@ -135,8 +136,7 @@ TEST(GpuDecode, GroupSizesPageSizesQoLens) {
     for (int page_size : {1, 3, 16, 64, 256}) {
       for (int qo_len : {1, 2, 4}) {
         const KVLayout layout = (seed % 2) ? KVLayout::kHND : KVLayout::kNHD;
-        std::vector<int32_t> kv_len = random_lengths(5, qo_len, 700, seed, true);
-        kv_len[1] = std::max(kv_len[1], qo_len);
+        const std::vector<int32_t> kv_len = random_lengths(5, qo_len, 700, seed, true, qo_len);
         check_decode(DType::kBF16, h, 128, page_size, qo_len, layout, kv_len, seed++);
       }
     }
@@ -233,8 +233,7 @@ TEST(GpuDecode, WideRowsWithARequestForEverySm) {
   for (const Case& c : cases) {
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
       const int batch = (sms + c.h.kv - 1) / c.h.kv;
-      std::vector<int32_t> kv_len = random_lengths(batch, 1, 700, seed, true);
-      kv_len[1] = std::max(kv_len[1], c.qo_len);
+      std::vector<int32_t> kv_len = random_lengths(batch, 1, 700, seed, true, c.qo_len);
       if (c.long_request > 0) kv_len[2] = c.long_request;
       Plan plan;
       check_decode(info.dtypes[seed % info.dtypes.size()], c.h, 128, c.page_size, c.qo_len, layout, kv_len, seed, 0,
@@ -264,9 +263,8 @@ TEST(GpuDecode, ManyRequestsOnTheSmallTileFamily) {
           EXPECT_EQ(dispatch::select_kernel(dtype, 128, h.qo / h.kv * qo_len, 90, int64_t(batch) * h.kv, sms).family,
                     kernels::Family::kDecodeMany);
         }
-        std::vector<int32_t> kv_len = random_lengths(batch, 2, 300, seed, true);
-        kv_len[1] = std::max(kv_len[1], qo_len);
-        check_decode(dtype, h, 128, layout == KVLayout::kNHD ? 16 : 1, qo_len, layout, kv_len, seed);
+        check_decode(dtype, h, 128, layout == KVLayout::kNHD ? 16 : 1, qo_len, layout,
+                     random_lengths(batch, 2, 300, seed, true, qo_len), seed);
         ++seed;
       }
     }
@@ -287,11 +285,9 @@ TEST(GpuDecode, LongRequestsOnTheLongTileFamily) {
     for (int qo_len : {1, 2}) {
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
         const DType dtype = info.dtypes[seed % info.dtypes.size()];
-        std::vector<int32_t> kv_len = random_lengths(batch, 2300, 2900, seed, true);
-        kv_len[1] = std::max(kv_len[1], qo_len);
         Plan plan;
-        check_decode(dtype, Heads{32, 8}, 64, layout == KVLayout::kNHD ? 16 : 3, qo_len, layout, kv_len, seed, 0,
-                     nullptr, &plan);
+        check_decode(dtype, Heads{32, 8}, 64, layout == KVLayout::kNHD ? 16 : 3, qo_len, layout,
+                     random_lengths(batch, 2300, 2900, seed, true, qo_len), seed, 0, nullptr, &plan);
         const kernels::Family family = dispatch::kernel_by_id(plan.kernel_id).family;
         if (expect_long) EXPECT_EQ(family, kernels::Family::kDecodeLong) << "batch " << batch;
         else EXPECT_NE(family, kernels::Family::kDecodeLong);
