@@ -174,22 +174,25 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       }
       sm90::mbar_arrive_on_cp_async(q_full);
 
-      // K/V tiles: warp pw copies rows [pw * kRowsPerWarp, +kRowsPerWarp) of each tile. Lane l
-      // looks up the page of row l once per tile; the copy loop takes row offsets (bytes) from it
-      // by shuffle, kLanesPerRow lanes covering one row's contiguous bytes per instruction.
+      // K/V tiles: warp pw copies rows [pw * kRowsPerWarp, +kRowsPerWarp) of each tile, four rows
+      // an instruction: lane l takes row l / 8 of the four and its 16-byte chunk l % 8 of every
+      // 64-column block, so each instruction reads whole 128-byte lines and a lane's blocks are
+      // immediates apart in both memories. Lane l looks up the page of row l once per tile; the
+      // copy loop takes row offsets (bytes) from it by shuffle.
+      constexpr int kBlocks = HeadDim / 64;  // 128-byte column blocks a row
       constexpr int kRowsPerWarp = kTile / 4;
-      constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
-      constexpr int kRowsPerIter = 32 / kLanesPerRow;
+      constexpr int kRowsPerIter = 4;
       constexpr int kIters = kRowsPerWarp / kRowsPerIter;
       // A thread's rows repeat the 128-byte swizzle every 8 rows, kPeriod iterations: its shared
-      // addresses are kPeriod bases plus multiples of 8 rows (immediates in the copy loop).
+      // addresses are kPeriod bases plus multiples of 8 rows and of a block (immediates).
       constexpr int kPeriod = 8 / kRowsPerIter;
       constexpr uint32_t kPeriodBytes = 8 * 64 * sizeof(T);
-      constexpr uint32_t kVBytes = kTile * HeadDim * sizeof(T);  // V's buffer after K's
-      static_assert(kChunks <= 32 && kRowsPerWarp <= 32 && kRowsPerWarp % 8 == 0 && kIters % kPeriod == 0,
+      constexpr uint32_t kBlockBytes = kTile * 64 * sizeof(T);    // the next column block of a tile
+      constexpr uint32_t kVBytes = kTile * HeadDim * sizeof(T);   // V's buffer after K's
+      static_assert(HeadDim % 64 == 0 && kRowsPerWarp <= 32 && kRowsPerWarp % 8 == 0,
                     "producer mapping: each warp's first row starts a swizzle period");
       const int pwarp = sm90::warp_uniform(tid / 32), plane = tid & 31;
-      const int sub = plane / kLanesPerRow, chunk = plane % kLanesPerRow;
+      const int sub = plane / 8, chunk = plane % 8;
       uint32_t dst_base[kPeriod];
 #pragma unroll
       for (int j = 0; j < kPeriod; ++j) {
@@ -267,8 +270,13 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
             for (int i = 0; i < kIters; ++i) {
               const int64_t offset = __shfl_sync(0xffffffffu, my_offset, i * kRowsPerIter + sub);
               const uint32_t dst = s_k_addr + dst_base[i % kPeriod] + (i / kPeriod) * kPeriodBytes;
-              if (with_k) prims::cp_async_16_at(dst, k_lane + offset);
-              if (with_v) prims::cp_async_16_at(dst + kVBytes, v_lane + offset);
+              const char* k_row = k_lane + offset;
+              const char* v_row = v_lane + offset;
+#pragma unroll
+              for (int b = 0; b < kBlocks; ++b) {
+                if (with_k) prims::cp_async_16_at(dst + b * kBlockBytes, k_row + b * 128);
+                if (with_v) prims::cp_async_16_at(dst + kVBytes + b * kBlockBytes, v_row + b * 128);
+              }
             }
             return;
           }
@@ -279,8 +287,12 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
             const int r = pwarp * kRowsPerWarp + rr;
             const bool valid = offset >= 0;
             const int64_t src = valid ? offset : 0;
-            if (with_k) prims::cp_async_16(s_k + sw128_offset<kTile>(r, chunk), k_lane + src, valid);
-            if (with_v) prims::cp_async_16(s_v + sw128_offset<kTile>(r, chunk), v_lane + src, valid);
+#pragma unroll
+            for (int b = 0; b < kBlocks; ++b) {
+              const int c = b * 8 + chunk;
+              if (with_k) prims::cp_async_16(s_k + sw128_offset<kTile>(r, c), k_lane + src + b * 128, valid);
+              if (with_v) prims::cp_async_16(s_v + sw128_offset<kTile>(r, c), v_lane + src + b * 128, valid);
+            }
           }
         };
         const uint32_t parity = ((it / kStages) & 1) ^ 1;
