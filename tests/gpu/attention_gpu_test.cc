@@ -582,9 +582,9 @@ TEST(GpuPrefill, WholeTilePagesEveryHeadDim) {
   }
 }
 
-// Pages smaller than the sm_90a kernel's tile: at head_dim 256 pages of 8, 16 and 32 keys load
-// whole 64-key tiles by TMA, one box per page (each box its own page id; perf-notes item 41), the
-// partial last tile by gathers; the other head dims take the gathers (tested above). Both
+// Pages smaller than the sm_90a kernel's tile at head_dim 256: pages of 32 keys load whole 64-key
+// tiles by TMA, one box per page (each box its own page id; perf-notes item 41), the partial last
+// tile by gathers; pages of 8 and 16 take the gathers (item 115), as the other head dims do. Both
 // layouts, and one K/V head (the rank-3 map).
 TEST(GpuPrefill, SmallPageBoxesHeadDim256) {
   GQ_REQUIRE_GPU();
