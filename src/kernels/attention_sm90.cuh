@@ -630,13 +630,11 @@ struct Sm90Prefill {
   static constexpr int kTile = AttnConfig<Family::kPrefillSm90, HeadDim>::kKVTile;
 
   // The TMA maps of this run's K/V pools, or enabled = 0 (cp.async for every tile) when the
-  // layout does not fit: page sizes that are not a multiple of the tile (small pages measured 20%
-  // slower with one box per page than the gathers in session 2 and 0.82-0.97x in session 7, at
-  // hd128; at hd256 pages of 32 keys take one box per page (items 30, 41): since the gathers
-  // copy whole 128-byte lines (item 113) they beat the boxes at pages of 8 and 16, 1.06-1.52x,
-  // item 115), strides out of order,
-  // no encoder, or GQATTN_DISABLE_TMA set. Decode items at hd128 lost with page boxes too
-  // (0.96-0.99x, perf-notes item 71).
+  // layout does not fit: page sizes that are not a multiple of the tile, except hd256's pages of
+  // 32 keys (one box a page, items 30 and 41), strides out of order, no encoder, or
+  // GQATTN_DISABLE_TMA set. One box a page lost to the gathers at hd128 (sessions 2 and 7; decode
+  // items, item 71) and, since the gathers copy whole 128-byte lines (item 113), at hd256 pages of
+  // 8 and 16 keys (1.06-1.52x, item 115).
   static Sm90Tma make_tma(const AttentionParams& p) {
     Sm90Tma t;
     std::memset(&t, 0, sizeof(t));
@@ -648,8 +646,9 @@ struct Sm90Prefill {
     const int64_t page_size = paged ? static_cast<int64_t>(p.page.divisor) : 1;
     t.key_boxes = 1;
     if (paged && page_size % kTile != 0) {
-      // Boxes of whole pages: 8-row multiples keep the 128-byte swizzle's 1024-byte period, and
-      // warp 0 issues (64-column blocks) x (pages a tile) boxes, one a lane.
+      // Boxes of whole pages (hd256, 32 keys: two a 64-key tile): 8-row multiples keep the
+      // 128-byte swizzle's 1024-byte period, and warp 0 issues (64-column blocks) x (pages a
+      // tile) boxes, one a lane.
       const int64_t boxes = kTile / page_size;
       if (HeadDim < 256 || kTile % page_size != 0 || page_size < 32 || boxes * (HeadDim / 64) > 32) return t;
       t.key_boxes = static_cast<int>(boxes);
