@@ -181,7 +181,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // Requests with query rows x K/V heads: the items of a kernel with a row tile >= max_rows. From the
   // batch, not the lengths, so that a CUDA graph's plans keep one kernel.
   int64_t requests_x_kv_heads = 0;
-  int64_t keys = 0, requests = 0;  // of the requests with query rows
+  int64_t keys = 0, requests = 0, rows = 0;  // of the requests with query rows
   std::vector<int32_t> row_tiles(plan.batch);  // each request's packed rows, then its row tiles
   for (int b = 0; b < plan.batch; ++b) {
     row_tiles[b] = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
@@ -189,15 +189,17 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
     if (row_tiles[b] > 0) {
       requests_x_kv_heads += plan.num_kv_heads;
       keys += plan.kv_len[b];
+      rows += row_tiles[b];
       ++requests;
     }
   }
   // The mean length may pick the kernel only where no CUDA graph replays this plan's kernel.
   const bool graph = inputs.enable_cuda_graph || inputs.graph_per_split;
   const int64_t mean_kv_len = graph || requests == 0 ? 0 : std::max<int64_t>(1, keys / requests);
+  const int64_t mean_rows = graph || requests == 0 ? 0 : rows / requests;
   const int sm = compute_capability(plan.device_id);
   const dispatch::KernelChoice kernel = dispatch::select_kernel(
-      plan.dtype, plan.head_dim, max_rows, sm, requests_x_kv_heads, num_sms(plan.device_id), mean_kv_len);
+      plan.dtype, plan.head_dim, max_rows, sm, requests_x_kv_heads, num_sms(plan.device_id), mean_kv_len, mean_rows);
   for (int32_t& tiles : row_tiles) tiles = (tiles + kernel.cta_rows - 1) / kernel.cta_rows;
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);
@@ -235,8 +237,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // (perf-notes item 92: MQA 128 x 32K had the tensor pipe 52% busy at 81% of DRAM bandwidth).
   // GQATTN_DISABLE_SPLIT_ITEM_KEYS=1: one warpgroup idles on empty rows, as before.
   static const bool split_keys_disabled = env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS");
-  plan.split_item_keys = !split_keys_disabled && kernel.family == kernels::Family::kPrefillSm90 &&
-                         max_rows <= kernel.cta_rows / 2 && kernel.kv_tile >= 128;
+  plan.split_item_keys = !split_keys_disabled && max_rows <= 64 && kernel.split_keys;
   plan.cta_rows = kernel.cta_rows;
   plan.kv_chunk = kv_chunk;
   plan.num_work = static_cast<int>(list.items.size());
@@ -248,7 +249,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // The wgmma kernel runs persistent: one CTA per SM, each taking the next item of the list from
   // a counter (the list holds each head's longest row tiles first), its producer loading the next
   // item while the consumers finish the current one.
-  if (kernel.family == kernels::Family::kPrefillSm90) {
+  if (kernels::is_sm90_family(kernel.family)) {
     // A split list keeps each request's chunks in order for the merge.
     if (!list.split) plan::order_longest_first(list, group_size, kernel.cta_rows, plan.causal);
     // Persistent for every K/V source: the producer loads the next item's first tiles while the

@@ -22,6 +22,7 @@ KernelChoice entry() {
   c.family = F;
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
+  if constexpr (F == Family::kPrefillSm90) c.split_keys = kernels::AttnConfig<F, HeadDim>::kSplitKeys;
   c.key_time = F == Family::kDecode || F == Family::kDecodeMany || F == Family::kDecodeLong ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
@@ -38,6 +39,7 @@ void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
 #ifdef GQATTN_BUILT_SM90
   table.push_back(entry<D, HeadDim, Family::kPrefillSm90>());
+  if constexpr (HeadDim == kernels::kPrefillSm90WideHeadDim) table.push_back(entry<D, HeadDim, Family::kPrefillSm90Wide>());
 #endif
 }
 
@@ -90,6 +92,9 @@ constexpr int64_t kDecodeManyMaxMeanKeys = 4096;
 // average (perf-notes items 96, 99).
 constexpr int64_t kDecodeLongMinItems = 128;
 constexpr int64_t kDecodeLongMinMeanKeys = 2048;
+// prefill_sm90_wide where the plan knows that a request has >= kWideMinMeanRows packed rows a
+// K/V head on average and its 192-row items number at least the SMs (perf-notes item 126).
+constexpr int64_t kWideMinMeanRows = 4096;
 
 }  // namespace
 
@@ -103,13 +108,18 @@ bool decode_many_disabled() {
   return disabled;
 }
 
+bool sm90_wide_disabled() {
+  static const bool disabled = env_flag("GQATTN_DISABLE_SM90_WIDE");
+  return disabled;
+}
+
 bool decode_long_disabled() {
   static const bool disabled = env_flag("GQATTN_DISABLE_DECODE_LONG");
   return disabled;
 }
 
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, int64_t requests_x_kv_heads,
-                           int num_sms, int64_t mean_kv_len) {
+                           int num_sms, int64_t mean_kv_len, int64_t mean_rows) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
@@ -126,8 +136,17 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                             num_sms > 0 && requests_x_kv_heads >= kWgmmaDecodeFill * num_sms;
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).
   if ((family == Family::kPrefill || wgmma_decode) && sm == 90 && !sm90_disabled()) {
+    // hd64 with long query rows: three consumer warpgroups, 192-row items. H200 (perf-notes item
+    // 126): 1 x 16K 1.02-1.09x, GQA-8 / MQA 8 x 2K 1.02-1.04x; MHA 8 x 2K and 16 x 1K (2048 and
+    // 1024 rows) 0.79-0.92x, chunked prefill of 88 items 0.81x. Only where the plan knows the rows.
+    const int64_t wide_rows = AttnShape<Family::kPrefillSm90Wide, kernels::kPrefillSm90WideHeadDim>::kCtaRows;
+    const bool wide = family == Family::kPrefill && head_dim == kernels::kPrefillSm90WideHeadDim &&
+                      mean_rows >= kWideMinMeanRows && num_sms > 0 &&
+                      requests_x_kv_heads * ((mean_rows + wide_rows - 1) / wide_rows) >= num_sms &&
+                      !sm90_wide_disabled();
+    const Family sm90_family = wide ? Family::kPrefillSm90Wide : Family::kPrefillSm90;
     for (const KernelChoice& c : table())
-      if (c.dtype == dtype && c.head_dim == head_dim && c.family == Family::kPrefillSm90) return c;
+      if (c.dtype == dtype && c.head_dim == head_dim && c.family == sm90_family) return c;
   }
   // 17..32 rows at hd128 as two 16-row items a request and K/V head (both read its K/V, the second
   // mostly from the L2) where so few requests x K/V heads run that decode_mid splits each

@@ -17,6 +17,7 @@ struct KernelChoice {
   kernels::Family family = kernels::Family::kDecode;
   int cta_rows = 0;  // packed query rows per work item
   int kv_tile = 0;   // keys per pipeline tile
+  bool split_keys = false;  // the wgmma kernel's items of <= 64 rows may split keys (AttnConfig::kSplitKeys)
   // Time per key relative to the decode family's, the split heuristic's unit (H200, unsplit MQA
   // and GQA-8 at 128 x 512: decode_wide 23.6 us, decode 17.3 us); the wider families use 1.36.
   double key_time = 1.0;
@@ -40,13 +41,19 @@ struct KernelChoice {
 // requests_x_kv_heads >= 3 x num_sms and `mean_kv_len` (keys a request with query rows, on
 // average; 0 where not known, as in CUDA-graph mode) <= 4096 (perf-notes items 85, 86, 88); and
 // let <= 16 rows at head_dim 64 on sm_90 take decode_long (128-key tiles, two CTAs an SM) where
-// 128 <= requests_x_kv_heads < 3 x num_sms and mean_kv_len >= 2048 (perf-notes items 96, 99).
+// 128 <= requests_x_kv_heads < 3 x num_sms and mean_kv_len >= 2048 (perf-notes items 96, 99); and
+// let prefill rows at head_dim 64 on sm_90 take prefill_sm90_wide (three consumer warpgroups,
+// 192-row items) where `mean_rows` (packed rows a request with query rows has at each K/V head, on
+// average; 0 where not known, as in CUDA-graph mode) >= 4096 and its items number >= num_sms
+// (perf-notes item 126).
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, int64_t requests_x_kv_heads = 0,
-                           int num_sms = 0, int64_t mean_kv_len = 0);
+                           int num_sms = 0, int64_t mean_kv_len = 0, int64_t mean_rows = 0);
 // Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
 bool sm90_disabled();
 // Whether GQATTN_DISABLE_DECODE_MANY (read once per process) keeps <= 16 rows on the decode family.
 bool decode_many_disabled();
+// Whether GQATTN_DISABLE_SM90_WIDE (read once per process) keeps hd64 prefill on prefill_sm90.
+bool sm90_wide_disabled();
 // Whether GQATTN_DISABLE_DECODE_LONG (read once per process) keeps <= 16 rows at hd64 on the decode family.
 bool decode_long_disabled();
 // The kernel table row chosen earlier by select_kernel (for run()).

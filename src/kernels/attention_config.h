@@ -24,8 +24,10 @@ namespace gqattn::kernels {
 //         shared by all of them.
 // prefill_sm90: the Hopper path (attention_sm90.cuh): one producer warpgroup streams K/V tiles
 //         into an mbarrier pipeline, two consumer warpgroups of 64 rows each run wgmma.
+// prefill_sm90_wide: the same kernel with three consumer warpgroups (192 rows an item), hd64 only,
+//         for long query rows (select_kernel).
 enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3, kDecodeMid = 4, kDecodeMany = 5,
-                    kDecodeLong = 6 };
+                    kDecodeLong = 6, kPrefillSm90Wide = 7 };
 
 template <Family F, int HeadDim>
 struct AttnConfig;
@@ -152,7 +154,7 @@ struct AttnShape {
 // as 128-byte-swizzled column blocks of 64 elements (the wgmma operand layout), plus mbarriers.
 template <int HeadDim>
 struct AttnConfig<Family::kPrefillSm90, HeadDim> {
-  static constexpr int kConsumers = 2;    // consumer warpgroups, 64 query rows each
+  static constexpr int kConsumers = 2;  // consumer warpgroups, 64 query rows each
   static constexpr int kKVTile = HeadDim <= 128 ? 128 : 64;
   // The consumer holds K of tile t and V of tile t - 1; K and V have separate barriers, so even
   // two stages keep one tile of each in flight.
@@ -161,10 +163,31 @@ struct AttnConfig<Family::kPrefillSm90, HeadDim> {
   // 80 pays for the consumers' 40 more (96/200 also fits; it measured no faster).
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
+  // Items of <= 64 rows may split each tile's keys between the two consumers (64-key halves;
+  // AttentionParams::split_item_keys).
+  static constexpr bool kSplitKeys = kKVTile >= 128;
 };
 
+// prefill_sm90_wide exists at this head dim only. There a tile's softmax costs about as much as
+// its two GEMMs, so with two consumers the tensor cores idle whenever a softmax runs long; with a
+// third, one warpgroup is at its GEMMs while two are in their softmax (H200, perf-notes item 126:
+// hd64 1 x 16K +2-9%). Its 192-row items lose where rows are few (MHA 16 x 1K causal 0.79x).
+constexpr int kPrefillSm90WideHeadDim = 64;
+
+template <int HeadDim>
+struct AttnConfig<Family::kPrefillSm90Wide, HeadDim> : AttnConfig<Family::kPrefillSm90, HeadDim> {
+  static constexpr int kConsumers = 3;
+  // 512 threads: the launch gives 128 per thread. The consumers spill ~60 bytes at 160 (loop
+  // state reloaded once a tile); the producer at 32 spills a few of its gather addresses.
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kConsumerRegs = 160;
+  static constexpr bool kSplitKeys = false;
+};
+
+// Both Hopper families: Q (64 rows a consumer), kStages x (K tile + V tile), stored as
+// 128-byte-swizzled column blocks of 64 elements (the wgmma operand layout), plus mbarriers.
 template <int HeadDim, typename Cfg>
-struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> {
+struct Sm90Shape {
   static constexpr int kElemBytes = 2;
   static constexpr int kThreads = 128 * (Cfg::kConsumers + 1);
   static constexpr int kCtaRows = 64 * Cfg::kConsumers;
@@ -179,9 +202,20 @@ struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> {
   static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes;
 
   static_assert(HeadDim % 64 == 0, "the sm90 path stores 64-column blocks");
+  static_assert(Cfg::kConsumers == 2 || Cfg::kConsumers == 3, "turn barriers for two or three consumers");
   static_assert((4 * Cfg::kStages + 2) * 8 + 3 * 4 <= kWorkItemOffset, "barrier area too small");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
-  static_assert(128 * Cfg::kProducerRegs + 128 * Cfg::kConsumers * Cfg::kConsumerRegs <= 65536, "register file");
+  // setmaxnreg moves registers only within the launch's allocation (65,536 / threads, a multiple of 8).
+  static_assert(128 * Cfg::kProducerRegs + 128 * Cfg::kConsumers * Cfg::kConsumerRegs <=
+                    kThreads * ((65536 / kThreads) & ~7),
+                "register file");
 };
+
+template <int HeadDim, typename Cfg>
+struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> : Sm90Shape<HeadDim, Cfg> {};
+template <int HeadDim, typename Cfg>
+struct AttnShape<Family::kPrefillSm90Wide, HeadDim, Cfg> : Sm90Shape<HeadDim, Cfg> {};
+
+constexpr bool is_sm90_family(Family f) { return f == Family::kPrefillSm90 || f == Family::kPrefillSm90Wide; }
 
 }  // namespace gqattn::kernels

@@ -62,14 +62,15 @@ struct Sm90Tma {
 // kTma: whole tiles by TMA (the run's tensor maps in `tma`), the rest by gathers; without it the
 // producer loop holds only the gathers (one instantiation each: with the TMA branch compiled in,
 // the gather-only runs measured ~12% slower). kSplitKeys: see above (AttentionParams::split_item_keys).
-template <typename T, int HeadDim, bool kTma, bool kSplitKeys>
-__global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThreads, 1)
+// F: prefill_sm90 (two consumer warpgroups) or prefill_sm90_wide (three; attention_config.h).
+template <typename T, int HeadDim, Family F, bool kTma, bool kSplitKeys>
+__global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     attention_sm90_kernel(const AttentionParams p, const __grid_constant__ Sm90Tma tma) {
 #if defined(__CUDA_ARCH__)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace sm90 = prims::sm90;
-  using Cfg = AttnConfig<Family::kPrefillSm90, HeadDim>;
-  using Shape = AttnShape<Family::kPrefillSm90, HeadDim>;
+  using Cfg = AttnConfig<F, HeadDim>;
+  using Shape = AttnShape<F, HeadDim>;
   constexpr int kTile = Cfg::kKVTile;
   constexpr int kStages = Cfg::kStages;
   constexpr int kCtaRows = Shape::kCtaRows;
@@ -329,12 +330,16 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 
   // ---- consumers ------------------------------------------------------------------------------
   sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 2 and
-  // 3), so one's softmax runs while the other's GEMMs hold the tensor cores. Each warpgroup
-  // passes its barrier, issues, then opens the other's; consumer 1 opens consumer 0's first turn.
+  // Ping-pong: the consumer warpgroups take turns issuing their GEMMs, in a ring (named barriers
+  // 2, 3 and, with three consumers, 6), so the others' softmax runs while one's GEMMs hold the
+  // tensor cores. Each warpgroup passes its own barrier, issues, then opens the next one's; the
+  // last consumer opens consumer 0's first turn.
   constexpr uint32_t kTurnThreads = 256;
-  if (wg == 2) sm90::named_barrier_arrive(2, kTurnThreads);
+  constexpr int kConsumers = Cfg::kConsumers;  // two or three (Sm90Shape)
   const int cw = wg - 1;
+  const int my_turn = kConsumers == 2 || cw < 2 ? 2 + cw : 6;
+  const int next_turn = kConsumers == 2 ? 3 - cw : (cw == 0 ? 3 : cw == 1 ? 6 : 2);
+  if (cw == kConsumers - 1) sm90::named_barrier_arrive(2, kTurnThreads);
   const int lane = tid & 31;
   const int warp = (tid / 32) & 3;  // warp within the consumer warpgroup
   const int wg_row0 = kSplitKeys ? 0 : cw * 64;  // this warpgroup's first row in the CTA tile
@@ -462,9 +467,9 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       uint32_t pa[kSTile / 16][4];
       float scale[2];
       const T* prev = wait_tile(it, 0);
-      sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
+      sm90::named_barrier_sync(my_turn, kTurnThreads);
       issue_s(s, prev);
-      sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
+      sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
       release(empty_k, it);
       if (num_tiles == 1) release_q();
@@ -475,10 +480,10 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
       for (int t = 1; t < num_tiles; ++t) {
         const T* cur = wait_tile(it + 1, 0);
         wait_tile(it, 1);
-        sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
+        sm90::named_barrier_sync(my_turn, kTurnThreads);
         issue_s(s, cur);
         issue_pv(pa, prev + kTile * HeadDim);
-        sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
+        sm90::named_barrier_arrive(next_turn, kTurnThreads);
         sm90::wgmma_wait<1>();  // S of tile t is done; P V of tile t - 1 may still run
         release(empty_k, it + 1);
         if (t == num_tiles - 1) release_q();
@@ -501,9 +506,9 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
         prev = cur;
       }
       wait_tile(it, 1);
-      sm90::named_barrier_sync(2 + (wg - 1), kTurnThreads);
+      sm90::named_barrier_sync(my_turn, kTurnThreads);
       issue_pv(pa, prev + kTile * HeadDim);
-      sm90::named_barrier_arrive(2 + (2 - wg), kTurnThreads);
+      sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
@@ -624,10 +629,10 @@ __global__ void __launch_bounds__(AttnShape<Family::kPrefillSm90, HeadDim>::kThr
 #endif
 }
 
-template <typename T, int HeadDim>
+template <typename T, int HeadDim, Family F>
 struct Sm90Prefill {
-  using Shape = AttnShape<Family::kPrefillSm90, HeadDim>;
-  static constexpr int kTile = AttnConfig<Family::kPrefillSm90, HeadDim>::kKVTile;
+  using Shape = AttnShape<F, HeadDim>;
+  static constexpr int kTile = AttnConfig<F, HeadDim>::kKVTile;
 
   // The TMA maps of this run's K/V pools, or enabled = 0 (cp.async for every tile) when the
   // layout does not fit: page sizes that are not a multiple of the tile, except hd256's pages of
@@ -705,21 +710,21 @@ struct Sm90Prefill {
     return t;
   }
 
-  // Split keys exist where a tile halves into 64-key halves (hd <= 128); the plan asks for them
-  // only there (KernelChoice::kv_tile).
-  static constexpr bool kHasSplitKeys = kTile >= 128;
+  // Split keys exist where a tile halves into 64-key halves between two consumers; the plan asks
+  // for them only there (KernelChoice::split_keys).
+  static constexpr bool kHasSplitKeys = AttnConfig<F, HeadDim>::kSplitKeys;
 
   template <bool kTma, bool kSplitKeys>
   static void launch_variant(const AttentionParams& params, const Sm90Tma& tma, int num_ctas, cudaStream_t s) {
-    attention_sm90_kernel<T, HeadDim, kTma, kSplitKeys><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
+    attention_sm90_kernel<T, HeadDim, F, kTma, kSplitKeys><<<num_ctas, Shape::kThreads, Shape::kSmemBytes, s>>>(params, tma);
   }
 
   static void launch(const AttentionParams& params, int num_ctas, void* stream) {
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, true, false>, Shape::kSmemBytes>();
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false, false>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, F, true, false>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, F, false, false>, Shape::kSmemBytes>();
     if constexpr (kHasSplitKeys) {
-      ensure_smem_limit<attention_sm90_kernel<T, HeadDim, true, true>, Shape::kSmemBytes>();
-      ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false, true>, Shape::kSmemBytes>();
+      ensure_smem_limit<attention_sm90_kernel<T, HeadDim, F, true, true>, Shape::kSmemBytes>();
+      ensure_smem_limit<attention_sm90_kernel<T, HeadDim, F, false, true>, Shape::kSmemBytes>();
     }
     if (num_ctas <= 0) return;
     GQ_CHECK(!params.split_item_keys || kHasSplitKeys, "split_item_keys: no 64-key halves at head_dim ", HeadDim);
@@ -739,9 +744,9 @@ struct Sm90Prefill {
   }
   // All instantiations have the same shape, so any gives the occupancy.
   static int ctas_per_sm() {
-    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, false, false>, Shape::kSmemBytes>();
+    ensure_smem_limit<attention_sm90_kernel<T, HeadDim, F, false, false>, Shape::kSmemBytes>();
     int blocks = 0;
-    GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim, false, false>,
+    GQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_sm90_kernel<T, HeadDim, F, false, false>,
                                                                 Shape::kThreads, Shape::kSmemBytes));
     return blocks > 0 ? blocks : 1;
   }
@@ -749,16 +754,17 @@ struct Sm90Prefill {
 
 }  // namespace gqattn::kernels
 
-// The AttentionKernel<..., kPrefillSm90> members that select_kernel() points to (launch.h).
-#define GQATTN_SM90_PREFILL(DTYPE, HEAD_DIM)                                                            \
-  namespace gqattn::kernels {                                                                           \
-  template <>                                                                                           \
-  void AttentionKernel<DTYPE, HEAD_DIM, Family::kPrefillSm90>::launch(const AttentionParams& p, int n,  \
-                                                                      void* stream) {                   \
-    Sm90Prefill<CudaType<DTYPE>::type, HEAD_DIM>::launch(p, n, stream);                                 \
-  }                                                                                                     \
-  template <>                                                                                           \
-  int AttentionKernel<DTYPE, HEAD_DIM, Family::kPrefillSm90>::ctas_per_sm() {                           \
-    return Sm90Prefill<CudaType<DTYPE>::type, HEAD_DIM>::ctas_per_sm();                                 \
-  }                                                                                                     \
+// The AttentionKernel<..., kPrefillSm90 / kPrefillSm90Wide> members that select_kernel() points
+// to (launch.h). FAMILY: PrefillSm90 or PrefillSm90Wide.
+#define GQATTN_SM90_PREFILL(DTYPE, HEAD_DIM, FAMILY)                                                        \
+  namespace gqattn::kernels {                                                                               \
+  template <>                                                                                               \
+  void AttentionKernel<DTYPE, HEAD_DIM, Family::k##FAMILY>::launch(const AttentionParams& p, int n,         \
+                                                                   void* stream) {                          \
+    Sm90Prefill<CudaType<DTYPE>::type, HEAD_DIM, Family::k##FAMILY>::launch(p, n, stream);                  \
+  }                                                                                                         \
+  template <>                                                                                               \
+  int AttentionKernel<DTYPE, HEAD_DIM, Family::k##FAMILY>::ctas_per_sm() {                                  \
+    return Sm90Prefill<CudaType<DTYPE>::type, HEAD_DIM, Family::k##FAMILY>::ctas_per_sm();                  \
+  }                                                                                                         \
   }

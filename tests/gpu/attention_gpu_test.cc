@@ -427,7 +427,7 @@ TEST(GpuDecode, CudaGraphPerSplit) {
 // CUDA graphs and the run is captured once and replayed twice.
 void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causal, KVLayout layout,
                    const std::vector<int32_t>& qo_len, const std::vector<int32_t>& kv_len, uint64_t seed,
-                   bool graph = false) {
+                   bool graph = false, Plan* plan_out = nullptr) {
   std::ostringstream what_os;
   what_os << describe_case(dtype, h, head_dim, page_size, -1, layout, kv_len) << " causal " << causal << " qo [";
   for (int32_t l : qo_len) what_os << l << " ";
@@ -523,6 +523,7 @@ void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causa
     GQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
     GQ_CUDA_CHECK(cudaStreamDestroy(stream));
   }
+  if (plan_out != nullptr) *plan_out = plan;
 }
 
 TEST(GpuPrefill, OddLengthsAllGroupSizesRaggedAndPaged) {
@@ -631,6 +632,54 @@ TEST(GpuPrefill, ManyItemsPerCta) {
   }
 }
 
+// hd64 prefill with >= 4096 packed rows a request and K/V head on average and its 192-row items
+// covering the SMs: on sm_90 prefill_sm90_wide (three consumer warpgroups), elsewhere the same
+// plans on the other kernels. MQA (32 query heads) and G = 8; ragged lengths that are not
+// multiples of the 192-row item or the 128-key tile, one request of one token, one of no keys;
+// causal and not; contiguous and page 16 (gathers) / 64 (TMA boxes), NHD and HND; several items a
+// CTA. A CUDA-graph plan of the same batch keeps prefill_sm90 (the rows are not known to it).
+TEST(GpuPrefill, WideItemsAtHeadDim64) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 64)) GTEST_SKIP() << "head_dim 64 is not built";
+  const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
+  const DeviceSms dev = device_sms();
+  const bool sm90 = dev.arch == 90 && built && !dispatch::sm90_disabled();
+  const bool wide = sm90 && !dispatch::sm90_wide_disabled();
+  struct Case {
+    Heads h;
+    std::vector<int32_t> qo;
+  };
+  // MQA: 32 x 4324 rows on average, 8 x 23 items; G = 8: 4776 rows, 4 x 2 x 25 items (>= 132 SMs).
+  const Case cases[] = {{Heads{32, 1}, {150, 171, 133, 1, 190, 147, 160, 129}}, {Heads{16, 2}, {520, 613, 700, 555}}};
+  uint64_t seed = 2600;
+  for (const Case& c : cases) {
+    for (bool causal : {true, false}) {
+      const int page_size = causal ? 16 : (c.h.kv == 1 ? 0 : 64);
+      std::vector<int32_t> kv;
+      for (size_t b = 0; b < c.qo.size(); ++b) kv.push_back(c.qo[b] + static_cast<int32_t>((b * 97) % 301));
+      if (!causal) kv[1] = 0;
+      Plan plan;
+      check_prefill(info.dtypes[seed % info.dtypes.size()], c.h, 64, page_size, causal,
+                    seed % 2 ? KVLayout::kHND : KVLayout::kNHD, c.qo, kv, seed, /*graph=*/false, &plan);
+      const kernels::Family family = dispatch::kernel_by_id(plan.kernel_id).family;
+      if (wide) {
+        EXPECT_EQ(family, kernels::Family::kPrefillSm90Wide);
+        EXPECT_EQ(plan.cta_rows, 192);
+      } else if (sm90) {
+        EXPECT_EQ(family, kernels::Family::kPrefillSm90);
+      }
+      ++seed;
+    }
+  }
+  if (sm90) {
+    Plan plan;
+    check_prefill(info.dtypes[0], Heads{32, 1}, 64, 16, true, KVLayout::kNHD, cases[0].qo, cases[0].qo, seed,
+                  /*graph=*/true, &plan);
+    EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kPrefillSm90);
+  }
+}
+
 // A prefill plan made for CUDA graphs (a fixed grid of CTAs that loop over the work list) runs
 // from a captured graph, replayed twice.
 TEST(GpuPrefill, CudaGraphReplay) {
@@ -690,6 +739,21 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, mid);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
     EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 65, 90).family, kernels::Family::kPrefillSm90);
+    // hd64 with >= 4096 rows a request and K/V head on average, items for every SM: prefill_sm90_wide.
+    if (head_dim_built(info, 64)) {
+      const DType dt = info.dtypes[0];
+      const kernels::Family wide =
+          dispatch::sm90_wide_disabled() ? kernels::Family::kPrefillSm90 : kernels::Family::kPrefillSm90Wide;
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 1 << 14, 90, 32, 132, 16384, 16384).family, wide);
+      // 4096 rows: 22 items of 192 a request and K/V head; 6 x 22 = 132 items cover 132 SMs, 5 x 22 do not.
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 4096, 90, 6, 132, 2048, 4096).family, wide);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 4096, 90, 5, 132, 2048, 4096).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 4095, 90, 512, 132, 2048, 4095).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 1 << 14, 90, 32, 132, 16384, 0).family, kernels::Family::kPrefillSm90);
+      if (head_dim_built(info, 128)) {
+        EXPECT_EQ(dispatch::select_kernel(dt, 128, 1 << 14, 90, 32, 132, 16384, 16384).family, kernels::Family::kPrefillSm90);
+      }
+    }
     // 17..64 rows at hd128 with an item for at least a fifth of the SMs: the wgmma kernel.
     if (head_dim_built(info, 128)) {
       const DType dt = info.dtypes[0];
