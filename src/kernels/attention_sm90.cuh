@@ -2,21 +2,22 @@
 // Layer: src/kernels (device code; included only by the generated prefill_sm90 instantiations).
 //
 // Same work list, packing and outputs as attention.cuh: an item is (request, K/V head, 128 packed
-// query rows, key range), the group's query heads (x query tokens) packed into the rows, so each
-// K/V tile is read once per group. CTAs are persistent: each starts with item blockIdx.x and then
-// claims the next one from a counter in the workspace header (the last CTA resets it). The CTA
-// has three warpgroups:
+// query rows (192 in prefill_sm90_wide), key range), the group's query heads (x query tokens)
+// packed into the rows, so each K/V tile is read once per group. CTAs are persistent: each starts
+// with item blockIdx.x and then claims the next one from a counter in the workspace header (the
+// last CTA resets it). The CTA has three warpgroups (four in prefill_sm90_wide):
 //   producer (warpgroup 0, registers lowered by setmaxnreg): copies Q, then streams K/V tiles into
 //     kStages shared-memory stages: a tile that lies whole in one page (or in ragged K/V) by TMA,
 //     others by cp.async gathers (any page size, either layout); the copies arrive on the stage's
 //     "full" mbarrier of K or V when they land. It runs ahead into the next item once the
 //     consumers have read Q (the q_empty mbarrier);
-//   consumers (warpgroups 1 and 2, 64 query rows each): wait "full", S = Q K^T with wgmma (both
+//   consumers (warpgroups 1 and 2, and 3 in prefill_sm90_wide; 64 query rows each): wait "full",
+//     S = Q K^T with wgmma (both
 //     operands in shared memory), online softmax in registers, O += P V with P from registers and
 //     V read transposed from shared memory; K's "empty" mbarrier is arrived on after the S GEMM,
 //     V's after P V.
-// The two consumers are not synchronised with each other, so one's softmax overlaps the other's
-// GEMMs. With kSplitKeys (every item <= 64 rows: decode rows of a request and K/V head) both
+// The consumers share only the stages and take turns issuing their GEMMs, so one's softmax
+// overlaps another's GEMMs. With kSplitKeys (every item <= 64 rows: decode rows of a request and K/V head) both
 // consumers take the same 64 rows, each the half of every K/V tile's keys (consumer c keys
 // [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0 at the end of the
 // item through Q's rows 64..127, which the producer then leaves alone. Shared-memory tiles use
