@@ -137,8 +137,9 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
   // The wgmma path exists for sm_90 exactly (sm_90a code does not run on later architectures).
   if ((family == Family::kPrefill || wgmma_decode) && sm == 90 && !sm90_disabled()) {
     // hd64 with long query rows: three consumer warpgroups, 192-row items. H200 (perf-notes item
-    // 126): 1 x 16K 1.02-1.09x, GQA-8 / MQA 8 x 2K 1.02-1.04x; MHA 8 x 2K and 16 x 1K (2048 and
-    // 1024 rows) 0.79-0.92x, chunked prefill of 88 items 0.81x. Only where the plan knows the rows.
+    // 126): 1 x 16K 1.01-1.09x, GQA-8 / MQA 8 x 2K 1.02-1.04x; where all hd64 prefill took it, MHA
+    // 16 x 1K (1024 rows a K/V head) 0.79-0.92x and chunked prefill (88 items) 0.81x. Only where
+    // the plan knows the rows.
     const int64_t wide_rows = AttnShape<Family::kPrefillSm90Wide, kernels::kPrefillSm90WideHeadDim>::kCtaRows;
     const bool wide = family == Family::kPrefill && head_dim == kernels::kPrefillSm90WideHeadDim &&
                       mean_rows >= kWideMinMeanRows && num_sms > 0 &&

@@ -150,8 +150,7 @@ struct AttnShape {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
 };
 
-// The Hopper prefill family. Shared memory: Q (128 rows), kStages x (K tile + V tile), stored
-// as 128-byte-swizzled column blocks of 64 elements (the wgmma operand layout), plus mbarriers.
+// The Hopper prefill family (its shared memory: Sm90Shape below).
 template <int HeadDim>
 struct AttnConfig<Family::kPrefillSm90, HeadDim> {
   static constexpr int kConsumers = 2;  // consumer warpgroups, 64 query rows each
