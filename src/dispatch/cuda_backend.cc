@@ -237,7 +237,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // (perf-notes item 92: MQA 128 x 32K had the tensor pipe 52% busy at 81% of DRAM bandwidth).
   // GQATTN_DISABLE_SPLIT_ITEM_KEYS=1: one warpgroup idles on empty rows, as before.
   static const bool split_keys_disabled = env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS");
-  plan.split_item_keys = !split_keys_disabled && max_rows <= 64 && kernel.split_keys;
+  plan.split_item_keys = !split_keys_disabled && max_rows <= kernel.cta_rows / 2 && kernel.split_keys;
   plan.cta_rows = kernel.cta_rows;
   plan.kv_chunk = kv_chunk;
   plan.num_work = static_cast<int>(list.items.size());

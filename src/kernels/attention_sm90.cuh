@@ -12,16 +12,15 @@
 //     "full" mbarrier of K or V when they land. It runs ahead into the next item once the
 //     consumers have read Q (the q_empty mbarrier);
 //   consumers (warpgroups 1 and 2, and 3 in prefill_sm90_wide; 64 query rows each): wait "full",
-//     S = Q K^T with wgmma (both
-//     operands in shared memory), online softmax in registers, O += P V with P from registers and
-//     V read transposed from shared memory; K's "empty" mbarrier is arrived on after the S GEMM,
-//     V's after P V.
+//     S = Q K^T with wgmma (both operands in shared memory), online softmax in registers, O += P V
+//     with P from registers and V read transposed from shared memory; K's "empty" mbarrier is
+//     arrived on after the S GEMM, V's after P V.
 // The consumers share only the stages and take turns issuing their GEMMs, so one's softmax
-// overlaps another's GEMMs. With kSplitKeys (every item <= 64 rows: decode rows of a request and K/V head) both
-// consumers take the same 64 rows, each the half of every K/V tile's keys (consumer c keys
-// [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0 at the end of the
-// item through Q's rows 64..127, which the producer then leaves alone. Shared-memory tiles use
-// the 128-byte swizzle that the wgmma descriptors describe.
+// overlaps another's GEMMs. With kSplitKeys (every item <= 64 rows: decode rows of a request and
+// K/V head) both consumers take the same 64 rows, each the half of every K/V tile's keys
+// (consumer c keys [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0
+// at the end of the item through Q's rows 64..127, which the producer then leaves alone.
+// Shared-memory tiles use the 128-byte swizzle that the wgmma descriptors describe.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (types only; the encoder comes through the runtime's entry points)

@@ -636,7 +636,7 @@ TEST(GpuPrefill, ManyItemsPerCta) {
 // covering the SMs: on sm_90 prefill_sm90_wide (three consumer warpgroups), elsewhere the same
 // plans on the other kernels. MQA (32 query heads) and G = 8; ragged lengths that are not
 // multiples of the 192-row item or the 128-key tile, one request of one token, one of no keys;
-// causal and not; contiguous and page 16 (gathers) / 64 (TMA boxes), NHD and HND; several items a
+// causal and not; contiguous (TMA) and pages of 16 and 64 (gathers), NHD and HND; several items a
 // CTA. A CUDA-graph plan of the same batch keeps prefill_sm90 (the rows are not known to it).
 TEST(GpuPrefill, WideItemsAtHeadDim64) {
   GQ_REQUIRE_GPU();
