@@ -380,26 +380,26 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     // S = Q K^T (64 rows x kSTile keys from key_off) into s: K-major operands, k-steps of 16
     // columns. Descriptors: a base per operand plus the constant byte offset of each k-step (>> 4);
     // key_off's rows start 1024-byte aligned in every 64-column block, as the swizzle needs.
-    const uint64_t q_desc = sm90::smem_desc_sw128(q_wg, 16, 1024);
+    const sm90::SmemDesc q_desc = sm90::smem_desc_sw128(q_wg, 16);
     auto issue_s = [&](float (&s)[kSTile / 2], const T* s_k) {
-      const uint64_t k_desc = sm90::smem_desc_sw128(s_k + key_off * 64, 16, 1024);
+      const sm90::SmemDesc k_desc = sm90::smem_desc_sw128(s_k + key_off * 64, 16);
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < HeadDim / 16; ++kk) {
         constexpr int kQBlock = kCtaRows * 64 / 8, kKBlock = kTile * 64 / 8;  // 16-byte units
-        sm90::Wgmma<T, kSTile>::ss(s, q_desc + (kk >> 2) * kQBlock + (kk & 3) * 2,
-                                   k_desc + (kk >> 2) * kKBlock + (kk & 3) * 2, kk > 0 ? 1 : 0);
+        sm90::Wgmma<T, kSTile>::ss(s, q_desc.at((kk >> 2) * kQBlock + (kk & 3) * 2),
+                                   k_desc.at((kk >> 2) * kKBlock + (kk & 3) * 2), kk > 0 ? 1 : 0);
       }
       sm90::wgmma_commit();
     };
     // O += P V: P as the register A operand (16 keys per step), V read MN-major.
     auto issue_pv = [&](uint32_t (&pa)[kSTile / 16][4], const T* s_v) {
-      const uint64_t v_desc = sm90::smem_desc_sw128(s_v, kTile * 128, 1024) + (key_off / 16) * 128;
+      const sm90::SmemDesc v_desc = sm90::smem_desc_sw128(s_v, kTile * 128) + (key_off / 16) * 128;
 #pragma unroll
       for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
       sm90::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kSTile / 16; ++ks) sm90::Wgmma<T, HeadDim>::rs_tb(o_acc, pa[ks], v_desc + ks * 128, 1);
+      for (int ks = 0; ks < kSTile / 16; ++ks) sm90::Wgmma<T, HeadDim>::rs_tb(o_acc, pa[ks], v_desc.at(ks * 128), 1);
       sm90::wgmma_commit();
     };
     // Online softmax of tile t in place (s becomes P in fp32); scale[i] is the factor O's row i

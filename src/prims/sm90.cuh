@@ -109,17 +109,28 @@ __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "
 
 // Shared-memory matrix descriptor for the 128-byte swizzle: the operand is stored as column
 // blocks of 64 16-bit elements (128-byte rows), 8-row atoms of 1024 bytes, 1024-byte aligned.
-//   K-major operand (Q, K: rows = M or N, contiguous = K): sbo = 1024 (next 8 rows), lbo unused.
-//   MN-major operand (V read as B = [keys][head_dim], contiguous = N): sbo = 1024 (next 8 keys),
-//   lbo = the byte distance between column blocks.
-__device__ __forceinline__ uint64_t smem_desc_sw128(const void* p, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  const uint32_t addr = smem_addr(p);
-  uint64_t d = 0;
-  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
-  d |= static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32;
-  d |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
-  return d;
+//   K-major operand (Q, K: rows = M or N, contiguous = K): lbo unused (16).
+//   MN-major operand (V read as B = [keys][head_dim], contiguous = N): lbo = the byte distance
+//   between column blocks.
+// The stride byte offset is the atom's 1024 bytes in both, so the high word (sbo >> 4, the
+// swizzle mode in bit 62) is a constant. Offsets (16-byte units) go to the low word only: its 14
+// address bits hold any shared-memory address (< 256 KB), so they never carry into lbo. A 64-bit
+// add per wgmma cost a carry and a copy (perf-notes item 131).
+struct SmemDesc {
+  static constexpr uint32_t kHi = (1024u >> 4) | (1u << 30);
+  uint32_t lo;
+  __device__ __forceinline__ SmemDesc operator+(uint32_t units) const { return {lo + units}; }
+  // The descriptor `units` further on, computed where it is used: an asm the compiler may not
+  // hoist. Left to the compiler, the adds of every k-step moved ahead of the loop's turn barrier,
+  // held registers (hd256 spilled 200 bytes) and measured slower (perf-notes item 131).
+  __device__ __forceinline__ uint64_t at(uint32_t units) const {
+    uint64_t d;
+    asm volatile("{\n.reg .b32 t;\nadd.u32 t, %1, %2;\nmov.b64 %0, {t, %3};\n}\n" : "=l"(d) : "r"(lo), "r"(units), "n"(kHi));
+    return d;
+  }
+};
+__device__ __forceinline__ SmemDesc smem_desc_sw128(const void* p, uint32_t lbo_bytes) {
+  return {((smem_addr(p) & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)};
 }
 
 }  // namespace gqattn::prims::sm90
