@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
   WorkItem* s_work = reinterpret_cast<WorkItem*>(reinterpret_cast<unsigned char*>(full_k) + Shape::kWorkItemOffset);
 
   const int tid = threadIdx.x;
-  const int wg = tid / 128;
+  const int wg = sm90::warp_uniform(tid / 128);
   const int group = static_cast<int>(p.group.divisor);
   const int num_work = p.header->num_work;
   if (tid == 0) {
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     const WorkItem w = kItemInSmem ? *s_work : p.work[item];
     const ItemKeys keys = item_keys(w, p, kCtaRows, kTile);
     const int rows = keys.rows;
-    const int num_tiles = keys.num_tiles;
+    const int num_tiles = sm90::warp_uniform(keys.num_tiles);
     const int all_rows_see = keys.all_rows_see;
     int row_limit[2];
 #pragma unroll
@@ -466,9 +466,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       float s[kSTile / 2];
       uint32_t pa[kSTile / 16][4];
       float scale[2];
-      const T* prev = wait_tile(it, 0);
+      const T* k_first = wait_tile(it, 0);
       sm90::named_barrier_sync(my_turn, kTurnThreads);
-      issue_s(s, prev);
+      issue_s(s, k_first);
       sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
       release(empty_k, it);
@@ -478,11 +478,13 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       softmax(s, 0, scale);
       pack_p(s, pa);
       for (int t = 1; t < num_tiles; ++t) {
-        const T* cur = wait_tile(it + 1, 0);
-        wait_tile(it, 1);
+        // Both tiles' addresses from `it` (uniform), not carried over from the last iteration: a
+        // carried pointer left V's descriptors off the uniform datapath (perf-notes item 133).
+        const T* k_cur = wait_tile(it + 1, 0);
+        const T* v_prev = wait_tile(it, 1) + kTile * HeadDim;
         sm90::named_barrier_sync(my_turn, kTurnThreads);
-        issue_s(s, cur);
-        issue_pv(pa, prev + kTile * HeadDim);
+        issue_s(s, k_cur);
+        issue_pv(pa, v_prev);
         sm90::named_barrier_arrive(next_turn, kTurnThreads);
         sm90::wgmma_wait<1>();  // S of tile t is done; P V of tile t - 1 may still run
         release(empty_k, it + 1);
@@ -503,11 +505,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
           o_acc[4 * j + 3] *= scale[1];
         }
         pack_p(s, pa);
-        prev = cur;
       }
-      wait_tile(it, 1);
+      const T* v_last = wait_tile(it, 1) + kTile * HeadDim;
       sm90::named_barrier_sync(my_turn, kTurnThreads);
-      issue_pv(pa, prev + kTile * HeadDim);
+      issue_pv(pa, v_last);
       sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
 #pragma unroll
