@@ -3,7 +3,7 @@
 # for one architecture and counts, per kernel, the instructions, the warp-divergence checks
 # (BRA.DIV, WARPSYNC, ENDCOLLECTIVE: the compiler could not prove the warp converged, e.g. after a
 # branch on a shared-memory value), uniform-register moves, shuffles, MUFU, cp.async, wgmma and
-# TMA, plus ptxas's spills. Used to compare a change with main before spending GPU time on it
+# TMA, plus ptxas's spills and its wgmma-serialisation warnings (C7515-C7518). Used to compare a change with main before spending GPU time on it
 # (docs/perf-notes.md, session 3: 4096 instructions and 48 ENDCOLLECTIVE where main had 3488 and 0).
 # Needs nvcc and nvdisasm (CUDA toolkit, or: pip install nvidia-cuda-nvdisasm; NVDISASM=path).
 # Usage: scripts/sass_stats.sh [-a sm_90a] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
@@ -26,16 +26,21 @@ for src in "$@"; do
   "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
   echo "== $src ($arch)"
   grep -E "spill stores|Used [0-9]+ registers" "$tmp/ptxas.txt" | sed 's/^ */  ptxas: /'
+  # C7515 / C7518: ptxas serialised a kernel's wgmmas (each HGMMA then waits for the last; a
+  # WARPGROUP.DEPBAR after every one): session 24's first chained-items build lost 21% that way.
+  # C7517 names the line where it inserted the wait.
+  grep -E "\(C75[0-9]+\)" "$tmp/ptxas.txt" | sed -E 's/^.*\((C75[0-9]+)\) ([^:]*).* function .(_Z[A-Za-z0-9_]*).*$/  ptxas \1 \2: \3/' || true
   awk '
     /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name); order[++n] = name; next }
     name != "" && /^[ \t]+\/\*[0-9a-f]+\*\// {
       line = $0; sub(/^[ \t]+\/\*[0-9a-f]+\*\/[ \t]+/, "", line); sub(/^@!?U?P[0-9T] /, "", line)
       split(line, w, /[ .;]/); op = w[1]; total[name]++
       if (line ~ /^BRA\.DIV/) op = "BRA.DIV"
+      if (line ~ /^WARPGROUP\.DEPBAR/) op = "DEPBAR"  # a wgmma wait: about one a loop turn, unless serialised
       count[name, op]++
     }
     END {
-      split("BRA.DIV WARPSYNC ENDCOLLECTIVE R2UR SHFL MUFU LDGSTS HGMMA UTMALDG", ops, " ")
+      split("BRA.DIV WARPSYNC ENDCOLLECTIVE R2UR SHFL MUFU LDGSTS HGMMA DEPBAR UTMALDG", ops, " ")
       for (i = 1; i <= n; i++) {
         k = order[i]; printf "  %s\n    instructions %d", k, total[k]
         for (j = 1; j in ops; j++) printf "  %s %d", ops[j], count[k, ops[j]] + 0
