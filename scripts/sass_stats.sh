@@ -3,28 +3,43 @@
 # for one architecture and counts, per kernel, the instructions, the warp-divergence checks
 # (BRA.DIV, WARPSYNC, ENDCOLLECTIVE: the compiler could not prove the warp converged, e.g. after a
 # branch on a shared-memory value), uniform-register moves, shuffles, MUFU, cp.async, wgmma and
-# TMA, plus ptxas's spills and its wgmma-serialisation warnings (C7515-C7518). Used to compare a change with main before spending GPU time on it
-# (docs/perf-notes.md, session 3: 4096 instructions and 48 ENDCOLLECTIVE where main had 3488 and 0).
+# TMA, plus ptxas's spills and its wgmma-serialisation warnings (C7515-C7518). Used to compare a
+# change with main before spending GPU time on it (docs/perf-notes.md, session 3: 4096 instructions
+# and 48 ENDCOLLECTIVE where main had 3488 and 0).
+# --check: ptxas only (no nvdisasm needed), exit 1 if it serialised any kernel's wgmmas (C7515 /
+# C7518; session 24's first chained-items build lost 21% that way, tests passing): the ctest
+# `sm90_wgmma_not_serialised` runs it on the built Hopper instantiations.
 # Needs nvcc and nvdisasm (CUDA toolkit, or: pip install nvidia-cuda-nvdisasm; NVDISASM=path).
-# Usage: scripts/sass_stats.sh [-a sm_90a] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
+# Usage: scripts/sass_stats.sh [-a sm_90a] [--check] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-arch=sm_90a
+arch=sm_90a check=0
 if [ "${1:-}" = "-a" ]; then arch=$2; shift 2; fi
-[ $# -ge 1 ] || { sed -n 2,9p "$0"; exit 2; }
+if [ "${1:-}" = "--check" ]; then check=1; shift; fi
+[ $# -ge 1 ] || { sed -n 2,13p "$0"; exit 2; }
 NVCC=${NVCC:-nvcc}
-NVDISASM=${NVDISASM:-$(command -v nvdisasm || python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/nvdisasm"))' 2>/dev/null || true)}
-[ -x "$NVDISASM" ] || { echo "sass_stats: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)"; exit 1; }
+if [ $check = 0 ]; then
+  NVDISASM=${NVDISASM:-$(command -v nvdisasm || python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/nvdisasm"))' 2>/dev/null || true)}
+  [ -x "$NVDISASM" ] || { echo "sass_stats: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)"; exit 1; }
+fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+serialised=0
 for src in "$@"; do
   base=$(basename "$src" .cu)
   # The instantiation's own GQATTN_BUILT_* define (dtype and head dim from the file name).
   defs=$(echo "$base" | sed -E 's/.*_(bf16|fp16)_hd([0-9]+)$/-DGQATTN_BUILT_\U\1\E_HD\2=1/')
   "$NVCC" $defs -DGQATTN_BUILT_SM90=1 -DGQATTN_WITH_CUDA=1 -Iinclude -Isrc -O3 -DNDEBUG -std=c++17 \
     --expt-relaxed-constexpr -gencode "arch=compute_${arch#sm_},code=$arch" -cubin -Xptxas -v "$src" \
-    -o "$tmp/$base.cubin" 2> "$tmp/ptxas.txt"
-  "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
+    -o "$tmp/$base.cubin" 2> "$tmp/ptxas.txt" || { cat "$tmp/ptxas.txt"; exit 1; }
   echo "== $src ($arch)"
+  if [ $check = 1 ]; then
+    n=$(grep -cE "\(C751[58]\)" "$tmp/ptxas.txt" || true)
+    echo "  kernels with serialised wgmmas: $n"
+    grep -E "\(C751[5-8]\)" "$tmp/ptxas.txt" || true
+    serialised=$((serialised + n))
+    continue
+  fi
+  "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
   grep -E "spill stores|Used [0-9]+ registers" "$tmp/ptxas.txt" | sed 's/^ */  ptxas: /'
   # C7515 / C7518: ptxas serialised a kernel's wgmmas (each HGMMA then waits for the last; a
   # WARPGROUP.DEPBAR after every one): session 24's first chained-items build lost 21% that way.
@@ -48,3 +63,4 @@ for src in "$@"; do
       }
     }' "$tmp/$base.sass"
 done
+[ $serialised = 0 ] || { echo "sass_stats: ptxas serialised the wgmmas of $serialised kernels"; exit 1; }
