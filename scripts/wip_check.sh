@@ -8,7 +8,7 @@
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
 # Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
 #   [WIP_SWEEP_FILE=bench/sweeps/x.csv] [WIP_TEST_TIMEOUT=200] [WIP_BENCH_TIMEOUT=300]
-#   [WIP_NO_TESTS="name ..."] scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
+#   [WIP_NO_TESTS="name ..."] [WIP_NO_PORTABLE=1] scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
 # (WIP_SWEEP_DIMS: the head dims whose sweep rows run, default WIP_HEAD_DIMS; a patch's own
 # @sweep.csv and @rounds override WIP_SWEEP_FILE and WIP_ROUNDS for it, so patches aimed at
 # different rows share one call and one build of main; WIP_NO_TESTS: patches, by name, whose
@@ -63,7 +63,9 @@ for spec in $PATCHES; do
       status=1; continue
     fi
     [ $rc -eq 0 ] || status=1
-    GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
+    # WIP_NO_PORTABLE=1: a patch that leaves the portable kernel alone skips its run (~70 s).
+    [ -n "${WIP_NO_PORTABLE:-}" ] && echo "portable-kernel tests: skipped (WIP_NO_PORTABLE)" > "$logs/tests_portable.log" ||
+      GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
     timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
       > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
     tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"

@@ -447,6 +447,18 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         pa[ks][3] = prims::pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
       }
     };
+    auto rescale_o = [&](const float (&scale)[2]) {  // O's rows by the softmax's factors
+#pragma unroll
+      for (int j = 0; j < HeadDim / 8; ++j) {
+        o_acc[4 * j] *= scale[0];
+        o_acc[4 * j + 1] *= scale[0];
+        o_acc[4 * j + 2] *= scale[1];
+        o_acc[4 * j + 3] *= scale[1];
+      }
+    };
+    // The wait for P V after the softmax (below) at hd >= 128: +1-4% on hd128's long rows; at
+    // hd64 (prefill_sm90_wide's three consumers) it measured 0.95-0.98x (perf-notes item 140).
+    constexpr bool kWaitAfterSoftmax = HeadDim >= 128;
     // Waits until tile `tile`'s K (kv = 0) or V (kv = 1) has landed; returns the stage's K tile (V
     // follows it).
     auto wait_tile = [&](uint32_t tile, int kv) {
@@ -492,18 +504,31 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < kSTile / 2; ++j) sm90::fence_operand(s[j]);
         softmax(s, t, scale);
-        sm90::wgmma_wait<0>();
+        if constexpr (kWaitAfterSoftmax) {
+          // The wait for P V of tile t - 1 must follow the softmax: ptxas issues a wgmma wait
+          // first in its basic block, which put the whole softmax behind P V (perf-notes item
+          // 140). So the wait opens the arms of a branch that ends the softmax's block, taken by
+          // the whole warpgroup (named barrier 8 + cw) where some row has a new max: O is
+          // rescaled only then (x * 1 == x: the same bits as an unconditional rescale).
+          if (sm90::named_barrier_any(8 + cw, 128, scale[0] != 1.f || scale[1] != 1.f)) {
+            sm90::wgmma_wait<0>();
 #pragma unroll
-        for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
-        release(empty_v, it);  // tile t - 1 fully read
-        ++it;
+            for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+            rescale_o(scale);
+          } else {
+            sm90::wgmma_wait_alt<0>();
 #pragma unroll
-        for (int j = 0; j < HeadDim / 8; ++j) {
-          o_acc[4 * j] *= scale[0];
-          o_acc[4 * j + 1] *= scale[0];
-          o_acc[4 * j + 2] *= scale[1];
-          o_acc[4 * j + 3] *= scale[1];
+            for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+          }
+          release(empty_v, it);  // tile t - 1 fully read
+        } else {
+          sm90::wgmma_wait<0>();
+#pragma unroll
+          for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+          release(empty_v, it);
+          rescale_o(scale);
         }
+        ++it;
         pack_p(s, pa);
       }
       const T* v_last = wait_tile(it, 1) + kTile * HeadDim;

@@ -94,6 +94,18 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Named barrier `id` over `threads` threads that also ORs `pred` over them: the same answer in
+// every thread (e.g. a branch taken by a whole warpgroup or by none of it).
+__device__ __forceinline__ bool named_barrier_any(uint32_t id, uint32_t threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tbar.red.or.pred q, %2, %3, p;\n\t"
+      "selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 
 // ---- wgmma ------------------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -101,6 +113,15 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// The same wait, spelt differently: the compiler does not merge it with a wgmma_wait<kPending> in
+// the other arm of a branch (hoisting the pair above the branch), so a wait can be kept behind
+// work that must run before it (ptxas issues a wait first in its basic block: perf-notes item 140).
+// Every warp of the warpgroup must take the same arm (a branch on named_barrier_any), else the
+// warps wait at different instructions (compute-sanitizer: "Mismatching warpgroup instruction pc").
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_alt() {
+  asm volatile("{\n\twgmma.wait_group.sync.aligned %0;\n}\n" ::"n"(kPending) : "memory");
 }
 // Keeps the compiler from moving reads or writes of an accumulator register across wgmma
 // fences/waits (the asm above does not name the registers).
