@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "api/env_flag.h"
@@ -425,9 +426,12 @@ TEST(GpuDecode, CudaGraphPerSplit) {
 // Runs the GPU prefill twice with one plan (the persistent sm_90a kernel's work counter must be
 // back at zero after a run) and checks both against the CPU; with `graph`, the plan is made for
 // CUDA graphs and the run is captured once and replayed twice.
+// late_jumps: K of two keys of every request (a third and three quarters in) set to 16 and 64 in
+// every column, so that the rows whose query sums are positive see their max jump by tens of
+// log2 units in a late tile (O rescaled by factors near 0), the others not at all.
 void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causal, KVLayout layout,
                    const std::vector<int32_t>& qo_len, const std::vector<int32_t>& kv_len, uint64_t seed,
-                   bool graph = false, Plan* plan_out = nullptr) {
+                   bool graph = false, Plan* plan_out = nullptr, bool late_jumps = false) {
   std::ostringstream what_os;
   what_os << describe_case(dtype, h, head_dim, page_size, -1, layout, kv_len) << " causal " << causal << " qo [";
   for (int32_t l : qo_len) what_os << l << " ";
@@ -436,10 +440,20 @@ void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causa
   SCOPED_TRACE(what);
   const std::vector<int32_t> qo_indptr = token_indptr(qo_len);
   const std::vector<int32_t> kv_indptr = token_indptr(kv_len);
-  const HostTensor k = random_tensor({kv_indptr.back(), h.kv, head_dim}, dtype, seed);
+  HostTensor k = random_tensor({kv_indptr.back(), h.kv, head_dim}, dtype, seed);
   const HostTensor v = random_tensor({kv_indptr.back(), h.kv, head_dim}, dtype, seed + 1);
   const HostTensor q = random_tensor({qo_indptr.back(), h.qo, head_dim}, dtype, seed + 2);
   const HostTensor d_qo_indptr_host = HostTensor::from_int32(qo_indptr);
+  if (late_jumps) {
+    for (size_t b = 0; b < kv_len.size(); ++b) {
+      for (const auto& [num, den, value] : {std::tuple{1, 3, 16.0}, std::tuple{3, 4, 64.0}}) {
+        const int64_t key = kv_indptr[b] + static_cast<int64_t>(kv_len[b]) * num / den;
+        if (key >= kv_indptr[b + 1]) continue;
+        for (int kh = 0; kh < h.kv; ++kh)
+          for (int c = 0; c < head_dim; ++c) k.set({key, kh, c}, value);
+      }
+    }
+  }
 
   PlanInputs in;
   in.device = Device::kCPU;
@@ -577,6 +591,26 @@ TEST(GpuPrefill, WholeTilePagesEveryHeadDim) {
           check_prefill(info.dtypes[0], h, head_dim, page_size, seed % 2 == 0, layout, {300, 0, 129, 40},
                         {1000, 7, 129, 40}, seed);
           ++seed;
+        }
+      }
+    }
+  }
+}
+
+// Rows whose max jumps by tens of log2 units late in the row (check_prefill's late_jumps): O is
+// rescaled by factors near 0 after many tiles, on every head dim built, contiguous and paged,
+// causal and not, short rows (decode-shaped items) and long ones.
+TEST(GpuPrefill, RowMaxJumpsLate) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  uint64_t seed = 3100;
+  for (int head_dim : info.head_dims) {
+    for (const Heads& h : {Heads{8, 8}, Heads{16, 2}, Heads{8, 1}}) {
+      for (int page_size : {0, 16}) {
+        for (bool causal : {true, false}) {
+          SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+          check_prefill(info.dtypes[0], h, head_dim, page_size, causal, KVLayout::kNHD, {700, 1, 3, 260},
+                        {1500, 900, 2000, 260}, seed++, false, nullptr, true);
         }
       }
     }
