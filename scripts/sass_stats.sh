@@ -9,18 +9,28 @@
 # --check: ptxas only (no nvdisasm needed), exit 1 if it serialised any kernel's wgmmas (C7515 /
 # C7518; session 24's first chained-items build lost 21% that way, tests passing): the ctest
 # `sm90_wgmma_not_serialised` runs it on the built Hopper instantiations.
+# --check-overlap: exit 1 unless, in every Hopper prefill kernel at head_dim >= 128, the main loop's
+# wait for P V (WARPGROUP.DEPBAR.LE 0) follows most of the softmax's exponentials (>= 16 MUFU.EX2
+# after the loop's wait for S): ptxas issues a wgmma wait first in its basic block, which once
+# put the whole softmax behind P V (docs/perf-notes.md item 140; main had 0 there, 34-66 now).
+# Exit 77 (ctest: skipped) without nvdisasm. The ctest `sm90_softmax_overlaps_pv` runs it.
 # Needs nvcc and nvdisasm (CUDA toolkit, or: pip install nvidia-cuda-nvdisasm; NVDISASM=path).
-# Usage: scripts/sass_stats.sh [-a sm_90a] [--check] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
+# Usage: scripts/sass_stats.sh [-a sm_90a] [--check | --check-overlap] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-arch=sm_90a check=0
+arch=sm_90a check=0 overlap=0
 if [ "${1:-}" = "-a" ]; then arch=$2; shift 2; fi
 if [ "${1:-}" = "--check" ]; then check=1; shift; fi
-[ $# -ge 1 ] || { sed -n 2,13p "$0"; exit 2; }
+if [ "${1:-}" = "--check-overlap" ]; then overlap=1; shift; fi
+[ $# -ge 1 ] || { sed -n 2,18p "$0"; exit 2; }
 NVCC=${NVCC:-nvcc}
 if [ $check = 0 ]; then
   NVDISASM=${NVDISASM:-$(command -v nvdisasm || python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/nvdisasm"))' 2>/dev/null || true)}
-  [ -x "$NVDISASM" ] || { echo "sass_stats: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)"; exit 1; }
+  if [ ! -x "$NVDISASM" ]; then
+    echo "sass_stats: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)"
+    [ $overlap = 1 ] && { echo "sass_stats: the overlap check is skipped"; exit 77; }
+    exit 1
+  fi
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 serialised=0
@@ -40,6 +50,26 @@ for src in "$@"; do
     continue
   fi
   "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
+  if [ $overlap = 1 ]; then
+    # Per kernel at head_dim 128 / 256: the MUFU.EX2 between the first WARPGROUP.DEPBAR.LE 1 (the
+    # loop's wait for S) and the next DEPBAR.LE 0 (its wait for P V).
+    awk '
+      /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name)
+                     if (name ~ /Li(128|256)E/) { order[++n] = name; state[name] = 0 } else name = ""; next }
+      name == "" { next }
+      /WARPGROUP\.DEPBAR\.LE gsb0, 0x1/ { if (state[name] == 0) state[name] = 1; next }
+      /WARPGROUP\.DEPBAR\.LE gsb0, 0x0/ { if (state[name] == 1) state[name] = 2; next }
+      /MUFU\.EX2/ { if (state[name] == 1) mufu[name]++ }
+      END {
+        for (i = 1; i <= n; i++) {
+          k = order[i]; ok = state[k] == 2 && mufu[k] >= 16
+          printf "  %s: %d MUFU.EX2 before the wait for P V%s\n", k, mufu[k], ok ? "" : "  <- the softmax does not overlap P V"
+          if (!ok) bad++
+        }
+        exit bad > 0
+      }' "$tmp/$base.sass" || serialised=$((serialised + 1))
+    continue
+  fi
   grep -E "spill stores|Used [0-9]+ registers" "$tmp/ptxas.txt" | sed 's/^ */  ptxas: /'
   # C7515 / C7518: ptxas serialised a kernel's wgmmas (each HGMMA then waits for the last; a
   # WARPGROUP.DEPBAR after every one): session 24's first chained-items build lost 21% that way.
@@ -63,4 +93,8 @@ for src in "$@"; do
       }
     }' "$tmp/$base.sass"
 done
+if [ $overlap = 1 ]; then
+  [ $serialised = 0 ] || { echo "sass_stats: the softmax does not overlap P V in $serialised files"; exit 1; }
+  exit 0
+fi
 [ $serialised = 0 ] || { echo "sass_stats: ptxas serialised the wgmmas of $serialised kernels"; exit 1; }
