@@ -392,11 +392,15 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       }
       sm90::wgmma_commit();
     };
+    // Keeps O's reads and writes on their side of a wgmma fence or wait.
+    auto fence_o = [&]() {
+#pragma unroll
+      for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+    };
     // O += P V: P as the register A operand (16 keys per step), V read MN-major.
     auto issue_pv = [&](uint32_t (&pa)[kSTile / 16][4], const T* s_v) {
       const sm90::SmemDesc v_desc = sm90::smem_desc_sw128(s_v, kTile * 128) + (key_off / 16) * 128;
-#pragma unroll
-      for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+      fence_o();
       sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kSTile / 16; ++ks) sm90::Wgmma<T, HeadDim>::rs_tb(o_acc, pa[ks], v_desc.at(ks * 128), 1);
@@ -512,19 +516,16 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
           // rescaled only then (x * 1 == x: the same bits as an unconditional rescale).
           if (sm90::named_barrier_any(8 + cw, 128, scale[0] != 1.f || scale[1] != 1.f)) {
             sm90::wgmma_wait<0>();
-#pragma unroll
-            for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+            fence_o();
             rescale_o(scale);
           } else {
             sm90::wgmma_wait_alt<0>();
-#pragma unroll
-            for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+            fence_o();
           }
           release(empty_v, it);  // tile t - 1 fully read
         } else {
           sm90::wgmma_wait<0>();
-#pragma unroll
-          for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+          fence_o();
           release(empty_v, it);
           rescale_o(scale);
         }
@@ -536,8 +537,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       issue_pv(pa, v_last);
       sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
-#pragma unroll
-      for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+      fence_o();
       release(empty_v, it);
       ++it;
     }
