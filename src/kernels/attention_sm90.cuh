@@ -408,6 +408,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     };
     // Online softmax of tile t in place (s becomes P in fp32); scale[i] is the factor O's row i
     // must take before P V of this tile is added. Touches neither o_acc nor a P register in flight.
+    constexpr float kRescaleSlack = 8.f;
     auto softmax = [&](float (&s)[kSTile / 2], int t, float (&scale)[2]) {
       if (w.kv_begin + (t + 1) * kTile > all_rows_see) {  // a tile that some row must not see
         const int key0 = w.kv_begin + t * kTile + key_off + 2 * (lane & 3);
@@ -426,10 +427,16 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         for (int j = 0; j < kSTile / 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
         raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+        // The row's max moves only when this tile's exceeds it by more than kRescaleSlack (log2
+        // units): otherwise P stays <= 2^kRescaleSlack (exact to bf16 / fp16 rounding, summed in
+        // fp32) and O needs no rescale (scale 1: the warpgroup skips the FMULs when every row's
+        // is). A row that has seen no key (m = -inf) has O = 0 and d = 0: it takes the tile's
+        // max without a rescale.
         const float mx = fmaxf(m[i], raw * sc);
-        scale[i] = prims::rescale_factor(m[i], mx);
-        const float mu = prims::safe_max(mx);
-        m[i] = mx;
+        const bool grow = mx > m[i] + kRescaleSlack;
+        scale[i] = grow && m[i] != prims::kNegInf ? exp2f(m[i] - mx) : 1.f;
+        if (grow) m[i] = mx;
+        const float mu = prims::safe_max(m[i]);
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kSTile / 8; ++j) {
