@@ -519,8 +519,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
           // The wait for P V of tile t - 1 must follow the softmax: ptxas issues a wgmma wait
           // first in its basic block, which put the whole softmax behind P V (perf-notes item
           // 140). So the wait opens the arms of a branch that ends the softmax's block, taken by
-          // the whole warpgroup (named barrier 8 + cw) where some row has a new max: O is
-          // rescaled only then (x * 1 == x: the same bits as an unconditional rescale).
+          // the whole warpgroup (named barrier 8 + cw) where some row's max moved (rarely, with
+          // kRescaleSlack, perf-notes item 142): O is rescaled only then (x * 1 == x: the same
+          // bits as an unconditional rescale).
           if (sm90::named_barrier_any(8 + cw, 128, scale[0] != 1.f || scale[1] != 1.f)) {
             sm90::wgmma_wait<0>();
             fence_o();
