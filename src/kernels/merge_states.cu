@@ -3,6 +3,7 @@
 // Layer: src/kernels (kernels + their host launchers).
 #include <cuda_runtime.h>
 
+#include "api/env_flag.h"
 #include "kernels/launch.h"
 #include "prims/cuda_check.h"
 #include "prims/mma.cuh"
@@ -28,6 +29,15 @@ constexpr int kSplitMergeWideFrom = 32;  // chunks of one request
 // Chunks each thread has in flight: with 8 chunk lanes at head_dim 128, a wide block keeps 64
 // chunks' loads outstanding, so a row of a few hundred chunks takes a few L2 round trips.
 constexpr int kSplitMergeUnroll = 8;
+// Plans of at most this many chunks a request take split_merge_rows_kernel: a team of head_dim / 4
+// threads a row loads every chunk at once (perf-notes item 147).
+constexpr int kSplitMergeRowsMaxChunks = 8;
+constexpr int kSplitMergeRowsBatch = 4;  // chunks whose loads a thread issues together
+// Small blocks (two rows at head_dim 128) spread a plan of a few hundred rows over most SMs; 16
+// resident an SM (<= 64 registers a thread) hold 32 rows an SM, so 4,096 rows fit one wave of the
+// H200's 132 SMs. (256-thread blocks, 8 rows, lost 2-4% on plans of 32-256 rows: item 147.)
+constexpr int kSplitMergeRowsThreads = 64;
+constexpr int kSplitMergeRowsBlocksPerSm = 16;
 
 // Folds lane state (m2, d2, acc2) into (m, d, acc): both normalised to the larger max.
 __device__ __forceinline__ void combine_partial(prims::MergeState& st, float4& acc, const prims::MergeState& other,
@@ -40,6 +50,44 @@ __device__ __forceinline__ void combine_partial(prims::MergeState& st, float4& a
   acc.z = acc.z * a + other_acc.z * b;
   acc.w = acc.w * a + other_acc.w * b;
   st.combine(other);
+}
+
+// Where a (query token, query head) row's partial rows lie: the first (chunk 0) and the distance
+// between chunks, for a request that was split.
+struct SplitRow {
+  int64_t first = 0, stride = 0;
+  int num_chunks = 0;
+};
+
+// Finds the token's request (requests are sorted by qo_begin: binary search for the last one
+// starting at or before token); false when it was not split or the token is past the batch.
+__device__ __forceinline__ bool locate_split_row(const SplitMergeParams& p, int token, int head, SplitRow& r) {
+  int lo = 0, hi = p.header->batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.requests[mid].qo_begin <= token) lo = mid; else hi = mid - 1;
+  }
+  const MergeRequest req = p.requests[lo];
+  if (req.num_chunks <= 1 || token >= req.qo_begin + req.qo_len) return false;
+  const int group = static_cast<int>(p.group.divisor);
+  r.stride = static_cast<int64_t>(req.qo_len) * group;
+  const int64_t packed = static_cast<int64_t>(token - req.qo_begin) * group + head % group;
+  r.first = req.partial_base + static_cast<int64_t>(head / group) * req.num_chunks * r.stride + packed;
+  r.num_chunks = req.num_chunks;
+  return true;
+}
+
+// Writes a merged row's float4 column group cg (normalised) and, from column group 0, its LSE.
+template <typename T>
+__device__ __forceinline__ void store_merged_row(const SplitMergeParams& p, int token, int head, int cg,
+                                                 const prims::MergeState& st, const float4& acc) {
+  const float inv = st.inv_sum();
+  T* out = typed<T>(p.o) + token * p.o_stride_n + head * p.o_stride_h + cg * 4;
+  out[0] = prims::from_float<T>(acc.x * inv);
+  out[1] = prims::from_float<T>(acc.y * inv);
+  out[2] = prims::from_float<T>(acc.z * inv);
+  out[3] = prims::from_float<T>(acc.w * inv);
+  if (p.lse != nullptr && cg == 0) p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = st.lse2() * prims::kLn2;
 }
 
 // One block per (query token, query head): finds the token's request, and if that request was
@@ -59,18 +107,10 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   if (p.header->max_splits <= 1) return;
   const int token = blockIdx.x / p.num_qo_heads;
   const int head = blockIdx.x % p.num_qo_heads;
-  // Requests are sorted by qo_begin: binary search for the last one starting at or before token.
-  int lo = 0, hi = p.header->batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.requests[mid].qo_begin <= token) lo = mid; else hi = mid - 1;
-  }
-  const MergeRequest req = p.requests[lo];
-  if (req.num_chunks <= 1 || token >= req.qo_begin + req.qo_len) return;  // uniform per block
-  const int group = static_cast<int>(p.group.divisor);
-  const int64_t rows = static_cast<int64_t>(req.qo_len) * group;
-  const int64_t packed = static_cast<int64_t>(token - req.qo_begin) * group + head % group;
-  const int64_t first = req.partial_base + static_cast<int64_t>(head / group) * req.num_chunks * rows + packed;
+  SplitRow r;
+  if (!locate_split_row(p, token, head, r)) return;  // uniform per block
+  const int num_chunks = r.num_chunks;
+  const int64_t first = r.first, rows = r.stride;
 
   const int col_groups = p.head_dim / 4;
   const int lanes = kThreads / col_groups;
@@ -79,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll kSplitMergeUnroll
-  for (int c = cl; c < req.num_chunks; c += lanes) {
+  for (int c = cl; c < num_chunks; c += lanes) {
     const int64_t prow = first + c * rows;
     const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
     float scale, w;
@@ -108,14 +148,50 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
     other.d = lane_d[t];
     combine_partial(st, acc, other, lane_acc[t]);
   }
-  const float inv = st.inv_sum();
-  T* out = typed<T>(p.o) + token * p.o_stride_n + head * p.o_stride_h + cg * 4;
-  out[0] = prims::from_float<T>(acc.x * inv);
-  out[1] = prims::from_float<T>(acc.y * inv);
-  out[2] = prims::from_float<T>(acc.z * inv);
-  out[3] = prims::from_float<T>(acc.w * inv);
-  if (p.lse != nullptr && threadIdx.x == 0)
-    p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = st.lse2() * prims::kLn2;
+  store_merged_row<T>(p, token, head, cg, st, acc);
+}
+
+// Rows of few chunks (plans of <= kSplitMergeRowsMaxChunks a request): a team of head_dim / 4
+// threads a (query token, query head) row, kThreads / team rows a block. Each thread loads its
+// float4 column group of up to kSplitMergeRowsMaxChunks chunks (and their LSEs) before merging
+// any, so a row takes one L2 round trip, and no lane states meet in shared memory. The block-per-
+// row kernel above spent 128 threads and two waves of blocks on 4,096 rows of 4 chunks.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_merge_rows_kernel(const SplitMergeParams p) {
+  prims::grid_dependency_wait();
+  if (p.header->max_splits <= 1) return;
+  const int team = p.head_dim / 4;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / team) + threadIdx.x / team;
+  if (row >= static_cast<int64_t>(p.total_qo) * p.num_qo_heads) return;
+  const int token = static_cast<int>(row / p.num_qo_heads);
+  const int head = static_cast<int>(row % p.num_qo_heads);
+  SplitRow r;
+  if (!locate_split_row(p, token, head, r)) return;
+  const int cg = threadIdx.x % team;
+  prims::MergeState st;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int c0 = 0; c0 < r.num_chunks; c0 += kSplitMergeRowsBatch) {
+    float4 o[kSplitMergeRowsBatch];
+    float lse[kSplitMergeRowsBatch];
+#pragma unroll
+    for (int i = 0; i < kSplitMergeRowsBatch; ++i) {
+      const int64_t prow = r.first + (c0 + i) * r.stride;
+      const bool valid = c0 + i < r.num_chunks;
+      o[i] = valid ? reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg] : make_float4(0.f, 0.f, 0.f, 0.f);
+      lse[i] = valid ? p.partial_lse[prow] : prims::kNegInf;
+    }
+#pragma unroll
+    for (int i = 0; i < kSplitMergeRowsBatch; ++i) {
+      float scale, w;
+      st.add(lse[i], scale, w);
+      // An empty chunk (w = 0) leaves its O row out of the sum (it may hold anything).
+      acc.x = acc.x * scale + (w != 0.f ? w * o[i].x : 0.f);
+      acc.y = acc.y * scale + (w != 0.f ? w * o[i].y : 0.f);
+      acc.z = acc.z * scale + (w != 0.f ? w * o[i].z : 0.f);
+      acc.w = acc.w * scale + (w != 0.f ? w * o[i].w : 0.f);
+    }
+  }
+  store_merged_row<T>(p, token, head, cg, st, acc);
 }
 
 template <typename TIn, typename TOut>
@@ -181,6 +257,23 @@ void launch_split_merge_width(DType dtype, const SplitMergeParams& params, dim3 
   }
 }
 
+// GQATTN_DISABLE_SPLIT_MERGE_ROWS=1: every plan takes the block-per-row kernels (the A/B of item 147).
+bool split_merge_rows_disabled() {
+  static const bool disabled = env_flag("GQATTN_DISABLE_SPLIT_MERGE_ROWS");  // read once per process
+  return disabled;
+}
+
+void launch_split_merge_rows(DType dtype, const SplitMergeParams& params, int64_t rows, cudaStream_t s) {
+  constexpr int kThreads = kSplitMergeRowsThreads;
+  const int64_t rows_per_block = kThreads / (params.head_dim / 4);
+  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  if (dtype == DType::kBF16) {
+    launch_programmatic(params.programmatic != 0, split_merge_rows_kernel<__nv_bfloat16, kThreads>, grid, dim3(kThreads), s, params);
+  } else {
+    launch_programmatic(params.programmatic != 0, split_merge_rows_kernel<__half, kThreads>, grid, dim3(kThreads), s, params);
+  }
+}
+
 }  // namespace
 
 void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream) {
@@ -190,8 +283,11 @@ void launch_split_merge(DType dtype, const SplitMergeParams& params, void* strea
            "split merge: head_dim ", params.head_dim, " must be a multiple of 4 dividing ", 4 * kSplitMergeThreads);
   const dim3 grid(static_cast<unsigned>(rows));
   auto s = static_cast<cudaStream_t>(stream);
-  // A graph replays the width it captured: correct for any plan, tuned for the captured one's.
-  if (params.max_splits >= kSplitMergeWideFrom) {
+  // A graph replays the kernel it captured: each is correct for any plan, tuned for the captured
+  // one's chunks a request.
+  if (params.max_splits <= kSplitMergeRowsMaxChunks && !split_merge_rows_disabled()) {
+    launch_split_merge_rows(dtype, params, rows, s);
+  } else if (params.max_splits >= kSplitMergeWideFrom) {
     launch_split_merge_width<kSplitMergeWideThreads>(dtype, params, grid, s);
   } else {
     launch_split_merge_width<kSplitMergeThreads>(dtype, params, grid, s);

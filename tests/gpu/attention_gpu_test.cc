@@ -193,6 +193,34 @@ TEST(GpuDecode, SplitKVLongContextMatchesUnsplit) {
   }
 }
 
+// The split merge's three kernels (perf-notes item 147): teams of threads a row for plans of <= 8
+// chunks a request, 128-thread blocks a row below 32 chunks, 256-thread blocks from 32. Requests
+// of 0 and 1 keys beside split ones, one and four query tokens, G 32 and 4, the chunk count capped
+// on each side of the kernels' bounds.
+TEST(GpuDecode, SplitMergeEveryKernel) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 4700;
+  int seen_rows = 0, seen_narrow = 0, seen_wide = 0;
+  const std::vector<std::vector<int32_t>> batches = {{0, 1, 3000, 300, 7000, 17}, {9000}};
+  for (const Heads& h : {Heads{32, 1}, Heads{32, 8}}) {
+    for (int qo_len : {1, 4}) {
+      for (std::vector<int32_t> kv_len : batches) {
+        for (int32_t& len : kv_len) len = len == 0 ? 0 : std::max(len, qo_len);  // causal: >= the new tokens
+        for (int cap : {0, 3, 9}) {
+          Plan plan;
+          check_decode(DType::kBF16, h, 128, 16, qo_len, KVLayout::kHND, kv_len, seed++, cap, nullptr, &plan);
+          if (plan.max_splits > 1 && plan.max_splits <= 8) ++seen_rows;
+          if (plan.max_splits > 8 && plan.max_splits < 32) ++seen_narrow;
+          if (plan.max_splits >= 32) ++seen_wide;
+        }
+      }
+    }
+  }
+  EXPECT_GT(seen_rows, 0) << "plans of 2..8 chunks a request";
+  EXPECT_GT(seen_narrow, 0) << "plans of 9..31 chunks a request";
+  EXPECT_GT(seen_wide, 0) << "plans of >= 32 chunks a request";
+}
+
 // MQA with 4 draft tokens is one 128-row item a request: the wgmma kernel on sm_90 (the portable
 // prefill kernel elsewhere), split into key chunks and merged when few requests would leave the
 // GPU idle; every head dim built, split and unsplit, both layouts.
