@@ -285,7 +285,8 @@ void launch_split_merge(DType dtype, const SplitMergeParams& params, void* strea
   auto s = static_cast<cudaStream_t>(stream);
   // A graph replays the kernel it captured: each is correct for any plan, tuned for the captured
   // one's chunks a request.
-  if (params.max_splits <= kSplitMergeRowsMaxChunks && !split_merge_rows_disabled()) {
+  if (params.max_splits <= kSplitMergeRowsMaxChunks && params.head_dim / 4 <= kSplitMergeRowsThreads &&
+      !split_merge_rows_disabled()) {
     launch_split_merge_rows(dtype, params, rows, s);
   } else if (params.max_splits >= kSplitMergeWideFrom) {
     launch_split_merge_width<kSplitMergeWideThreads>(dtype, params, grid, s);
