@@ -109,8 +109,6 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   const int head = blockIdx.x % p.num_qo_heads;
   SplitRow r;
   if (!locate_split_row(p, token, head, r)) return;  // uniform per block
-  const int num_chunks = r.num_chunks;
-  const int64_t first = r.first, rows = r.stride;
 
   const int col_groups = p.head_dim / 4;
   const int lanes = kThreads / col_groups;
@@ -119,8 +117,8 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll kSplitMergeUnroll
-  for (int c = cl; c < num_chunks; c += lanes) {
-    const int64_t prow = first + c * rows;
+  for (int c = cl; c < r.num_chunks; c += lanes) {
+    const int64_t prow = r.first + c * r.stride;
     const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
     float scale, w;
     st.add(p.partial_lse[prow], scale, w);
