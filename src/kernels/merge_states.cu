@@ -26,8 +26,9 @@ __device__ __forceinline__ T* typed(void* p) {
 constexpr int kSplitMergeThreads = 128;
 constexpr int kSplitMergeWideThreads = 256;
 constexpr int kSplitMergeWideFrom = 32;  // chunks of one request
-// Chunks each thread has in flight: with 8 chunk lanes at head_dim 128, a wide block keeps 64
-// chunks' loads outstanding, so a row of a few hundred chunks takes a few L2 round trips.
+// Chunks whose loads a thread of the block kernels issues together (merge_chunks): with 8 chunk
+// lanes at head_dim 128, a wide block keeps 64 chunks' loads outstanding, so a row of a few
+// hundred chunks takes a few L2 round trips.
 constexpr int kSplitMergeUnroll = 8;
 // Plans of at most this many chunks a request take split_merge_rows_kernel: a team of head_dim / 4
 // threads a row loads every chunk at once (perf-notes item 147).
@@ -90,11 +91,42 @@ __device__ __forceinline__ void store_merged_row(const SplitMergeParams& p, int 
   if (p.lse != nullptr && cg == 0) p.lse[static_cast<int64_t>(token) * p.num_qo_heads + head] = st.lse2() * prims::kLn2;
 }
 
+// Folds chunks first_chunk, first_chunk + step, ... (< r.num_chunks) of a row's float4 column group
+// cg into (st, acc), kBatch chunks at a time: each batch's O pieces and LSEs are loaded before any
+// is merged, so a batch costs one L2 round trip (a loop that merged each chunk as it loaded it,
+// with a branch for empty chunks, kept one or two loads in flight: perf-notes item 149).
+template <int kBatch>
+__device__ __forceinline__ void merge_chunks(const SplitMergeParams& p, const SplitRow& r, int cg, int first_chunk,
+                                             int step, prims::MergeState& st, float4& acc) {
+  for (int c0 = first_chunk; c0 < r.num_chunks; c0 += kBatch * step) {
+    float4 o[kBatch];
+    float lse[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = c0 + i * step;
+      const int64_t prow = r.first + c * r.stride;
+      const bool valid = c < r.num_chunks;
+      o[i] = valid ? reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg] : make_float4(0.f, 0.f, 0.f, 0.f);
+      lse[i] = valid ? p.partial_lse[prow] : prims::kNegInf;
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      float scale, w;
+      st.add(lse[i], scale, w);
+      // An empty chunk (w = 0) leaves its O row out of the sum (it may hold anything).
+      acc.x = acc.x * scale + (w != 0.f ? w * o[i].x : 0.f);
+      acc.y = acc.y * scale + (w != 0.f ? w * o[i].y : 0.f);
+      acc.z = acc.z * scale + (w != 0.f ? w * o[i].z : 0.f);
+      acc.w = acc.w * scale + (w != 0.f ? w * o[i].w : 0.f);
+    }
+  }
+}
+
 // One block per (query token, query head): finds the token's request, and if that request was
 // split, merges its chunks' partial rows into o / lse. Thread t takes float4 column group
 // t % (head_dim / 4) of chunks t / (head_dim / 4), t / (head_dim / 4) + lanes, ..., merging them
 // online (its own max, sum and weighted sum: each chunk's LSE and O row load together, no pass
-// over the LSEs first), so a block has lanes x kSplitMergeUnroll chunk loads in flight; the
+// over the LSEs first, merge_chunks), so a block has lanes x kSplitMergeUnroll chunk loads in flight; the
 // lanes' states are then combined through shared memory. kThreads: kSplitMergeThreads or, for
 // plans of many chunks a row, kSplitMergeWideThreads. (ncu on the H200, session 1: one warp
 // per row spent 30 us merging 32 chunks; session 9: a two-pass merge with 4 lanes cost ~45 ns a
@@ -116,22 +148,7 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   const int cl = threadIdx.x / col_groups;
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll kSplitMergeUnroll
-  for (int c = cl; c < r.num_chunks; c += lanes) {
-    const int64_t prow = r.first + c * r.stride;
-    const float4 o = reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg];
-    float scale, w;
-    st.add(p.partial_lse[prow], scale, w);
-    acc.x *= scale;
-    acc.y *= scale;
-    acc.z *= scale;
-    acc.w *= scale;
-    if (w == 0.f) continue;  // an empty chunk (its O row is not read into the sum)
-    acc.x += w * o.x;
-    acc.y += w * o.y;
-    acc.z += w * o.z;
-    acc.w += w * o.w;
-  }
+  merge_chunks<kSplitMergeUnroll>(p, r, cg, cl, lanes, st, acc);
   __shared__ float4 lane_acc[kThreads];
   __shared__ float lane_m[kThreads], lane_d[kThreads];
   lane_acc[threadIdx.x] = acc;
@@ -168,27 +185,7 @@ __global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_me
   const int cg = threadIdx.x % team;
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int c0 = 0; c0 < r.num_chunks; c0 += kSplitMergeRowsBatch) {
-    float4 o[kSplitMergeRowsBatch];
-    float lse[kSplitMergeRowsBatch];
-#pragma unroll
-    for (int i = 0; i < kSplitMergeRowsBatch; ++i) {
-      const int64_t prow = r.first + (c0 + i) * r.stride;
-      const bool valid = c0 + i < r.num_chunks;
-      o[i] = valid ? reinterpret_cast<const float4*>(p.partial_o + prow * p.head_dim)[cg] : make_float4(0.f, 0.f, 0.f, 0.f);
-      lse[i] = valid ? p.partial_lse[prow] : prims::kNegInf;
-    }
-#pragma unroll
-    for (int i = 0; i < kSplitMergeRowsBatch; ++i) {
-      float scale, w;
-      st.add(lse[i], scale, w);
-      // An empty chunk (w = 0) leaves its O row out of the sum (it may hold anything).
-      acc.x = acc.x * scale + (w != 0.f ? w * o[i].x : 0.f);
-      acc.y = acc.y * scale + (w != 0.f ? w * o[i].y : 0.f);
-      acc.z = acc.z * scale + (w != 0.f ? w * o[i].z : 0.f);
-      acc.w = acc.w * scale + (w != 0.f ? w * o[i].w : 0.f);
-    }
-  }
+  merge_chunks<kSplitMergeRowsBatch>(p, r, cg, 0, 1, st, acc);
   store_merged_row<T>(p, token, head, cg, st, acc);
 }
 
