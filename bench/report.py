@@ -336,6 +336,29 @@ def family_section(fam: Family) -> list[str]:
     return lines + [""]
 
 
+def clock_summary(name: str, path: Path) -> str:
+    """One phase's clocks from `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu
+    --format=csv,noheader,nounits -lms N` samples: the SM clock's range and median, the memory
+    clock, power and temperature ranges (what BENCHMARKS.md asks a table to say)."""
+    samples = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 4:
+            continue  # a truncated last line
+        try:
+            samples.append([float(c) for c in cells[:4]])
+        except ValueError:
+            continue  # a header or "[N/A]"
+    if not samples:
+        return f"{name}: no samples"
+    cols = list(zip(*samples))
+    sm = sorted(cols[0])
+    span = lambda v, unit: f"{min(v):.0f}-{max(v):.0f} {unit}" if min(v) != max(v) else f"{v[0]:.0f} {unit}"
+    text = f"{name}: SM {span(sm, 'MHz')} (median {sm[len(sm) // 2]:.0f})"
+    text += f", memory {span(cols[1], 'MHz')}, {span(cols[2], 'W')}, {span(cols[3], 'C')}"
+    return text + f", {len(samples)} samples"
+
+
 def header_lines(args: argparse.Namespace, ceilings: dict[str, Ceiling]) -> list[str]:
     listed = [c for impl in CEILING_ORDER if (c := ceilings.get(impl))]
     listed += [c for impl, c in ceilings.items() if impl not in CEILING_ORDER]
@@ -345,8 +368,12 @@ def header_lines(args: argparse.Namespace, ceilings: dict[str, Ceiling]) -> list
              f"- commit: {args.commit or 'not given'}",
              f"- date: {args.date}",
              f"- command: `{args.command}`" if args.command else "- command: not given"]
-    if args.clocks:
-        lines.append(f"- clocks: {args.clocks}")
+    clocks = [args.clocks] if args.clocks else []
+    for spec in args.clock_log:
+        name, _, path = spec.partition("=")
+        clocks.append(clock_summary(name, Path(path)))
+    if clocks:
+        lines.append(f"- clocks: {'; '.join(clocks)}")
     lines += [f"- ceilings (same run): {ceiling_text or 'none found'}",
               "- inputs: " + ", ".join(str(p) for p in args.csv),
               "- values are achieved figures, higher is better; % of ceiling is recomputed here "
@@ -448,6 +475,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--commit", default="")
     p.add_argument("--command", default="")
     p.add_argument("--clocks", default="", help="clocks seen during the run (free text)")
+    p.add_argument("--clock-log", action="append", default=[], metavar="NAME=FILE",
+                   help="nvidia-smi samples of one phase (scripts/gpu_check.sh writes them), summarised")
     p.add_argument("--date", default=datetime.date.today().isoformat())
     return p.parse_args(argv)
 

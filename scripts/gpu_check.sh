@@ -76,19 +76,33 @@ if has sanitize; then
     > "$LOG_DIR/synccheck.log" 2>&1 && echo "synccheck: clean" || { status=1; tail -30 "$LOG_DIR/synccheck.log"; }
 fi
 
+# The clocks seen (BENCHMARKS.md): nvidia-smi samples every 250 ms while a phase runs, summarised
+# by report.py (--clock-log). Session 28 saw one process's repeats of a 330 us prefill row drift
+# from 355 to 315 us (perf-notes item 152): the samples say whether the clocks moved with them.
+watch_clocks() {  # watch_clocks FILE: sample until the returned pid is killed
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
+    > "$1" 2>/dev/null &
+  echo $!
+}
 if has bench; then
   step bench
   for fam in ${BENCH_FAMILIES:-decode prefill}; do
     sweep=${BENCH_SWEEP_DIR:-bench/sweeps}/$fam.csv
+    watcher=$(watch_clocks "$LOG_DIR/clocks_ours_$fam.csv")
     "$BUILD/gqattn-bench" --device cuda --sweep "$sweep" --iters "$BENCH_ITERS" --csv "$LOG_DIR/ours_$fam.csv" \
       > "$LOG_DIR/ours_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/ours_$fam.log"; }
+    kill "$watcher" 2>/dev/null
     tail -5 "$LOG_DIR/ours_$fam.log"
+    clock_logs=(--clock-log "gqattn=$LOG_DIR/clocks_ours_$fam.csv")
     if [ -z "${SKIP_PEERS:-}" ]; then
+      watcher=$(watch_clocks "$LOG_DIR/clocks_peers_$fam.csv")
       PYTHONUNBUFFERED=1 python3 bench/peers.py --sweep "$sweep" --csv "$LOG_DIR/peers_$fam.csv" ${PEERS:+--peers "$PEERS"} \
         --ceilings "$LOG_DIR/ours_$fam.csv" --iters "$BENCH_ITERS" > "$LOG_DIR/peers_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/peers_$fam.log"; }
+      kill "$watcher" 2>/dev/null
+      clock_logs+=(--clock-log "peers=$LOG_DIR/clocks_peers_$fam.csv")
     fi
     peers_csv=$([ -z "${SKIP_PEERS:-}" ] && echo "$LOG_DIR/peers_$fam.csv")
-    python3 bench/report.py --csv "$LOG_DIR/ours_$fam.csv" $peers_csv \
+    python3 bench/report.py --csv "$LOG_DIR/ours_$fam.csv" $peers_csv "${clock_logs[@]}" \
       --out-prefix "$LOG_DIR/$(date +%Y-%m-%d)_h200_$fam" --gpu "$(head -2 "$LOG_DIR/gpu.txt" | tail -1 | cut -d, -f1)" \
       --commit "${GQ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" --command "scripts/gpu_check.sh bench" \
       > "$LOG_DIR/report_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/report_$fam.log"; }

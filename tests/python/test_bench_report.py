@@ -65,3 +65,11 @@ def test_e2e_target_line_reads_the_default_pool_gqattn_rows():
             {**base, "num_kv_heads": "8", "seconds": "20.0", "attention": "expand"}]
     line = e2e.target_line(rows)
     assert line == "Targets (issue 7): MHA 13.90 s against 14 s (met); MQA 4.18 s against 3.8 s (missed by 10.0%)."
+
+
+def test_clock_summary_reads_nvidia_smi_samples(tmp_path):
+    log = tmp_path / "clocks.csv"
+    log.write_text("1980, 3201, 412.50, 41\n1755, 3201, 690.10, 55\n1830, 3201, 530.00, 50\n[N/A], 3201, 1, 2\n1830, 32")
+    text = report.clock_summary("ours", log)
+    assert text == "ours: SM 1755-1980 MHz (median 1830), memory 3201 MHz, 412-690 W, 41-55 C, 3 samples"
+    assert report.clock_summary("peers", tmp_path / "missing.csv") == "peers: no samples"
