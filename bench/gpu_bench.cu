@@ -8,11 +8,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "api/env_flag.h"
@@ -325,6 +327,10 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   cudaEvent_t start, stop;
   GQ_CUDA_CHECK(cudaEventCreate(&start));
   GQ_CUDA_CHECK(cudaEventCreate(&stop));
+  if (c.settle_ms > 0) {  // the GPU idle meanwhile: its power average falls (perf-notes item 153)
+    GQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::this_thread::sleep_for(std::chrono::milliseconds(c.settle_ms));
+  }
   for (int i = 0; i < 2 * sets; ++i) GQ_CUDA_CHECK(cudaGraphLaunch(set[i % sets].exec, stream));
   std::vector<float> ms(iters);
   const long long spin = spin_cycles();

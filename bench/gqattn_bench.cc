@@ -54,6 +54,9 @@ head_dim 128) with 32, 8 and 1 KV heads, decode and prefill; on the GPU at batch
   --csv PATH                   also write the results as CSV (BENCHMARKS.md columns)
   --max-splits N               cap on split-KV chunks per request (0: the planner's choice,
                                1: no split), for A/B runs of the split heuristic (default 0)
+  --settle-ms N                GPU: the host sleeps N ms before each case's timed runs, so that
+                               the card's power average (and its SM clock) recovers from the
+                               rows before it, as between the peers' Python-timed rows (default 0)
 
 One case (any of these selects single-case mode; --family picks decode or prefill):
   --dtype bf16|fp16            (default bf16)
@@ -83,6 +86,7 @@ struct Options {
   std::string csv;
   int iters = 0;  // 0: the device's default
   int max_splits = 0;
+  int settle_ms = 0;
   bool iters_given = false;
   bool help = false;
   bool single = false;
@@ -120,7 +124,7 @@ Options parse_args(int argc, char** argv) {
       continue;
     }
     static const std::vector<std::string> kValueFlags = {
-        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--dtype", "--num-qo-heads",
+        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--settle-ms", "--dtype", "--num-qo-heads",
         "--num-kv-heads", "--head-dim", "--page-size", "--batch", "--qo-len", "--kv-len",
         "--causal", "--layout"};
     if (std::find(kValueFlags.begin(), kValueFlags.end(), flag) == kValueFlags.end())
@@ -136,6 +140,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--csv") opt.csv = value;
     else if (flag == "--iters") { opt.iters = parse_int(flag, value); opt.iters_given = true; }
     else if (flag == "--max-splits") opt.max_splits = parse_int(flag, value);
+    else if (flag == "--settle-ms") opt.settle_ms = parse_int(flag, value);
     else {
       opt.single = true;
       if (flag == "--dtype") c.dtype = parse_dtype(flag, value);
@@ -151,6 +156,7 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (opt.max_splits < 0) throw UsageError{"--max-splits: must be >= 0, got " + std::to_string(opt.max_splits)};
+  if (opt.settle_ms < 0) throw UsageError{"--settle-ms: must be >= 0, got " + std::to_string(opt.settle_ms)};
   if (opt.iters_given && opt.iters < 1)
     throw UsageError{"--iters: must be >= 1, got " + std::to_string(opt.iters)};
   if (opt.single && !opt.sweep.empty())
@@ -497,7 +503,10 @@ int run(const Options& opt) {
                   cases.end());
     }
   }
-  for (BenchCase& c : cases) c.max_num_splits = opt.max_splits;
+  for (BenchCase& c : cases) {
+    c.max_num_splits = opt.max_splits;
+    c.settle_ms = opt.settle_ms;
+  }
 
   // One set of rules: a single case the library would reject is an error (exit 1).
   if (opt.single) {

@@ -172,9 +172,18 @@ class Timer:
     """Times calls one by one: CUDA events on a GPU (after an optional L2 flush and a spin kernel
     that lets the CPU queue the call before the GPU reaches it), perf_counter on a CPU."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, settle_ms: int = 0) -> None:
         self.device = device
+        self.settle_ms = settle_ms
         self.sleep_cycles = self._calibrate_sleep() if device.type == "cuda" and SPIN else 0
+
+    def settle(self) -> None:
+        """The GPU idle for settle_ms before the timed calls, as gqattn-bench --settle-ms does
+        before its own: the card's power average, and with it the SM clock, recovers from the
+        rows before (docs/perf-notes.md, item 153)."""
+        if self.settle_ms > 0:
+            sync(self.device)
+            time.sleep(self.settle_ms / 1000)
 
     @staticmethod
     def _calibrate_sleep() -> int:
@@ -520,6 +529,7 @@ def time_peer(fn: PeerFn, case: Case, sets: list[Inputs], flush: Optional[torch.
     """Median seconds of fn over rotated sets after a warm-up, and the reps it took."""
     call = rotating(fn, sets)
     timer.times(call, WARMUP_REPS, flush)
+    timer.settle()
     reps = reps_for(timer.median(call, ESTIMATE_REPS, flush), iters)
     return timer.median(call, reps, flush), reps
 
@@ -639,7 +649,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="CSV with ceiling rows (gqattn-bench); missing ones are measured here")
     p.add_argument("--limit", type=int, default=0, help="only the first N configs (smoke tests)")
     p.add_argument("--device", default="cuda", help="cuda, or cpu to smoke-test the script")
+    p.add_argument("--settle-ms", type=int, default=0,
+                   help="idle ms before each peer's timed calls (as gqattn-bench --settle-ms)")
     args = p.parse_args(argv)
+    if args.settle_ms < 0:
+        p.error(f"--settle-ms: must be >= 0, got {args.settle_ms}")
     args.peer_list = [s.strip() for s in args.peers.split(",") if s.strip()]
     unknown = sorted(set(args.peer_list) - set(ALL_PEERS))
     if unknown:
@@ -658,7 +672,7 @@ def main(argv: list[str]) -> int:
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
         + f", {len(cases)} configs, peers {args.peer_list}")
     torch.manual_seed(0)
-    timer = Timer(device)
+    timer = Timer(device, args.settle_ms)
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with args.csv.open("w", newline="") as stream:
         out = RowWriter(stream)

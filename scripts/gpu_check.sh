@@ -6,6 +6,7 @@
 #   stages: build test python sanitize bench e2e (default: all)
 # Env: GQ_COMMIT (the commit the reports name; the device's copy of .git can lag the working tree),
 #      BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1,
+#      BENCH_SETTLE_MS (idle ms before each prefill row, ours and the peers'; default 300, 0: none),
 #      E2E_RUNS (default: all nine: gqattn, expand and --kv-pool-gib 55 at 32, 8 and 1 KV heads).
 # Needs CUDA, CMake, ninja, python3 with torch; GoogleTest sources in .deps/googletest (copied from
 # Debian's googletest package: cp -r /usr/src/googletest .deps/) or GQATTN_GTEST_SOURCE_DIR.
@@ -84,12 +85,18 @@ watch_clocks() {  # watch_clocks FILE: sample until the returned pid is killed
     > "$1" 2>/dev/null &
   echo $!
 }
+# Prefill rows, ours and the peers', each after BENCH_SETTLE_MS of idle GPU (default 300): run back
+# to back, our prefill sweep held the card at its 700 W cap and the SM clock at a median 1755-1770
+# MHz while the peers' rows, between Python's gaps, ran at 1965; with the idle before each row ours
+# ran at 1980 and 1.107x faster (perf-notes item 153). Decode rows are not power-bound (both ~1965
+# MHz) and run without it.
 if has bench; then
   step bench
   for fam in ${BENCH_FAMILIES:-decode prefill}; do
     sweep=${BENCH_SWEEP_DIR:-bench/sweeps}/$fam.csv
+    settle=$([ "$fam" = prefill ] && echo "${BENCH_SETTLE_MS:-300}" || echo 0)
     watcher=$(watch_clocks "$LOG_DIR/clocks_ours_$fam.csv")
-    "$BUILD/gqattn-bench" --device cuda --sweep "$sweep" --iters "$BENCH_ITERS" --csv "$LOG_DIR/ours_$fam.csv" \
+    "$BUILD/gqattn-bench" --device cuda --sweep "$sweep" --iters "$BENCH_ITERS" --settle-ms "$settle" --csv "$LOG_DIR/ours_$fam.csv" \
       > "$LOG_DIR/ours_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/ours_$fam.log"; }
     kill "$watcher" 2>/dev/null
     tail -5 "$LOG_DIR/ours_$fam.log"
@@ -97,14 +104,15 @@ if has bench; then
     if [ -z "${SKIP_PEERS:-}" ]; then
       watcher=$(watch_clocks "$LOG_DIR/clocks_peers_$fam.csv")
       PYTHONUNBUFFERED=1 python3 bench/peers.py --sweep "$sweep" --csv "$LOG_DIR/peers_$fam.csv" ${PEERS:+--peers "$PEERS"} \
-        --ceilings "$LOG_DIR/ours_$fam.csv" --iters "$BENCH_ITERS" > "$LOG_DIR/peers_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/peers_$fam.log"; }
+        --ceilings "$LOG_DIR/ours_$fam.csv" --iters "$BENCH_ITERS" --settle-ms "$settle" > "$LOG_DIR/peers_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/peers_$fam.log"; }
       kill "$watcher" 2>/dev/null
       clock_logs+=(--clock-log "peers=$LOG_DIR/clocks_peers_$fam.csv")
     fi
     peers_csv=$([ -z "${SKIP_PEERS:-}" ] && echo "$LOG_DIR/peers_$fam.csv")
     python3 bench/report.py --csv "$LOG_DIR/ours_$fam.csv" $peers_csv "${clock_logs[@]}" \
       --out-prefix "$LOG_DIR/$(date +%Y-%m-%d)_h200_$fam" --gpu "$(head -2 "$LOG_DIR/gpu.txt" | tail -1 | cut -d, -f1)" \
-      --commit "${GQ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" --command "scripts/gpu_check.sh bench" \
+      --commit "${GQ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
+      --command "scripts/gpu_check.sh bench (gqattn-bench and peers.py --settle-ms $settle)" \
       > "$LOG_DIR/report_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/report_$fam.log"; }
   done
 fi
