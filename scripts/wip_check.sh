@@ -8,11 +8,12 @@
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
 # Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
 #   [WIP_SWEEP_FILE=bench/sweeps/x.csv] [WIP_TEST_TIMEOUT=300] [WIP_BENCH_TIMEOUT=300]
-#   [WIP_NO_TESTS="name ..."] [WIP_NO_PORTABLE=1] scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
+#   [WIP_NO_TESTS="name ..."] [WIP_NO_PORTABLE=1] [WIP_SETTLE_MS=300] scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
 # (WIP_SWEEP_DIMS: the head dims whose sweep rows run, default WIP_HEAD_DIMS; a patch's own
 # @sweep.csv and @rounds override WIP_SWEEP_FILE and WIP_ROUNDS for it, so patches aimed at
 # different rows share one call and one build of main; WIP_NO_TESTS: patches, by name, whose
-# GPU tests already passed unchanged, measured only)
+# GPU tests already passed unchanged, measured only; WIP_SETTLE_MS: idle ms before each row, so
+# that prefill rows do not inherit the power cap of the rows before them: perf-notes item 153)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -90,7 +91,8 @@ for spec in $PATCHES; do
     order="main ours"; ((r % 2 == 0)) && order="ours main"
     for who in $order; do
       bin=$([ "$who" = main ] && echo "$main_dir" || echo "$dir")/build/gqattn-bench
-      timeout "${WIP_BENCH_TIMEOUT:-300}" "$bin" --device cuda --sweep "$logs/sweep.csv" --iters 20 --csv "$logs/${who}_${fam}_$r.csv" \
+      timeout "${WIP_BENCH_TIMEOUT:-300}" "$bin" --device cuda --sweep "$logs/sweep.csv" --iters 20 \
+        --settle-ms "${WIP_SETTLE_MS:-0}" --csv "$logs/${who}_${fam}_$r.csv" \
         > "$logs/bench_${who}_$r.log" 2>&1 || status=1
     done
     main_csvs+="${main_csvs:+,}$logs/main_${fam}_$r.csv" ours_csvs+="${ours_csvs:+,}$logs/ours_${fam}_$r.csv"
