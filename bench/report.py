@@ -336,10 +336,9 @@ def family_section(fam: Family) -> list[str]:
     return lines + [""]
 
 
-def clock_summary(name: str, path: Path) -> str:
-    """One phase's clocks from `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu
-    --format=csv,noheader,nounits -lms N` samples: the SM clock's range and median, the memory
-    clock, power and temperature ranges (what BENCHMARKS.md asks a table to say)."""
+def clock_samples(path: Path) -> list[list[float]]:
+    """`nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu
+    --format=csv,noheader,nounits -lms N` samples: [SM MHz, memory MHz, W, C] each."""
     samples = []
     for line in path.read_text().splitlines() if path.exists() else []:
         cells = [c.strip() for c in line.split(",")]
@@ -349,14 +348,36 @@ def clock_summary(name: str, path: Path) -> str:
             samples.append([float(c) for c in cells[:4]])
         except ValueError:
             continue  # a header or "[N/A]"
+    return samples
+
+
+def median_sm_clock(samples: list[list[float]]) -> float:
+    sm = sorted(s[0] for s in samples)
+    return sm[len(sm) // 2]
+
+
+def clock_summary(name: str, samples: list[list[float]]) -> str:
+    """One phase's clocks: the SM clock's range and median, the memory clock, power and
+    temperature ranges (what BENCHMARKS.md asks a table to say)."""
     if not samples:
         return f"{name}: no samples"
     cols = list(zip(*samples))
-    sm = sorted(cols[0])
     span = lambda v, unit: f"{min(v):.0f}-{max(v):.0f} {unit}" if min(v) != max(v) else f"{v[0]:.0f} {unit}"
-    text = f"{name}: SM {span(sm, 'MHz')} (median {sm[len(sm) // 2]:.0f})"
+    text = f"{name}: SM {span(cols[0], 'MHz')} (median {median_sm_clock(samples):.0f})"
     text += f", memory {span(cols[1], 'MHz')}, {span(cols[2], 'W')}, {span(cols[3], 'C')}"
     return text + f", {len(samples)} samples"
+
+
+def clock_gap_line(phases: dict[str, list[list[float]]]) -> str:
+    """A warning where the phases' median SM clocks differ by more than 5%: a compute-bound
+    figure moves with the clock (docs/perf-notes.md, item 153: ours at the power cap, 1770 MHz,
+    the peers at 1965)."""
+    medians = {name: median_sm_clock(s) for name, s in phases.items() if s}
+    if len(medians) < 2 or max(medians.values()) <= 1.05 * min(medians.values()):
+        return ""
+    listed = ", ".join(f"{name} {mhz:.0f} MHz" for name, mhz in medians.items())
+    return (f"- **the SM clock's median differed between the phases ({listed})**: compute-bound "
+            "ratios between them carry that difference")
 
 
 def header_lines(args: argparse.Namespace, ceilings: dict[str, Ceiling]) -> list[str]:
@@ -369,11 +390,15 @@ def header_lines(args: argparse.Namespace, ceilings: dict[str, Ceiling]) -> list
              f"- date: {args.date}",
              f"- command: `{args.command}`" if args.command else "- command: not given"]
     clocks = [args.clocks] if args.clocks else []
+    phases = {}
     for spec in args.clock_log:
         name, _, path = spec.partition("=")
-        clocks.append(clock_summary(name, Path(path)))
+        phases[name] = clock_samples(Path(path))
+        clocks.append(clock_summary(name, phases[name]))
     if clocks:
         lines.append(f"- clocks: {'; '.join(clocks)}")
+    if gap := clock_gap_line(phases):
+        lines.append(gap)
     lines += [f"- ceilings (same run): {ceiling_text or 'none found'}",
               "- inputs: " + ", ".join(str(p) for p in args.csv),
               "- values are achieved figures, higher is better; % of ceiling is recomputed here "

@@ -70,6 +70,15 @@ def test_e2e_target_line_reads_the_default_pool_gqattn_rows():
 def test_clock_summary_reads_nvidia_smi_samples(tmp_path):
     log = tmp_path / "clocks.csv"
     log.write_text("1980, 3201, 412.50, 41\n1755, 3201, 690.10, 55\n1830, 3201, 530.00, 50\n[N/A], 3201, 1, 2\n1830, 32")
-    text = report.clock_summary("ours", log)
-    assert text == "ours: SM 1755-1980 MHz (median 1830), memory 3201 MHz, 412-690 W, 41-55 C, 3 samples"
-    assert report.clock_summary("peers", tmp_path / "missing.csv") == "peers: no samples"
+    samples = report.clock_samples(log)
+    assert report.clock_summary("ours", samples) == \
+        "ours: SM 1755-1980 MHz (median 1830), memory 3201 MHz, 412-690 W, 41-55 C, 3 samples"
+    assert report.clock_summary("peers", report.clock_samples(tmp_path / "missing.csv")) == "peers: no samples"
+
+
+def test_clock_gap_line_warns_past_five_percent():
+    at = lambda *mhz: [[m, 3201, 500, 50] for m in mhz]
+    line = report.clock_gap_line({"gqattn": at(1770, 1755, 1785), "peers": at(1965, 1980, 1950)})
+    assert "gqattn 1770 MHz, peers 1965 MHz" in line
+    assert report.clock_gap_line({"gqattn": at(1965), "peers": at(1980)}) == ""
+    assert report.clock_gap_line({"gqattn": at(1770), "peers": []}) == ""
