@@ -78,8 +78,9 @@ if has sanitize; then
 fi
 
 # The clocks seen (BENCHMARKS.md): nvidia-smi samples every 250 ms while a phase runs, summarised
-# by report.py (--clock-log). Session 28 saw one process's repeats of a 330 us prefill row drift
-# from 355 to 315 us (perf-notes item 152): the samples say whether the clocks moved with them.
+# by report.py (--clock-log), which also flags phases whose median SM clocks differ by > 5%. They
+# explained session 28's prefill drift (one process's repeats of a 330 us row at 355 .. 315 us):
+# the power cap (perf-notes items 152-153).
 watch_clocks() {  # watch_clocks FILE: sample until the returned pid is killed
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
     > "$1" 2>/dev/null &
