@@ -210,7 +210,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // The wgmma kernel splits too: few long items (MQA decode with 4 draft tokens is one 128-row item
   // a request) would otherwise leave most SMs idle (perf-notes item 56).
   int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
-                                       kMinChunkKeys, inputs.max_num_splits, merge_rows);
+                                       kMinChunkKeys, inputs.max_num_splits, merge_rows, kernel.merge_fixed_keys);
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   // Fewer, longer chunks until the partial results fit the workspace.
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {

@@ -22,7 +22,10 @@ KernelChoice entry() {
   c.family = F;
   c.cta_rows = AttnShape<F, HeadDim>::kCtaRows;
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
-  if constexpr (kernels::is_sm90_family(F)) c.split_keys = kernels::AttnConfig<F, HeadDim>::kSplitKeys;
+  if constexpr (kernels::is_sm90_family(F)) {
+    c.split_keys = kernels::AttnConfig<F, HeadDim>::kSplitKeys;
+    c.merge_fixed_keys = 320;
+  }
   c.key_time = F == Family::kDecode || F == Family::kDecodeMany || F == Family::kDecodeLong ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;

@@ -17,11 +17,10 @@ constexpr int64_t kItemOverheadKeys = 64;
 // A split must beat the best plan so far by 3%: ties go to fewer chunks (less merge traffic).
 constexpr double kMinGain = 0.97;
 // The split merge, in the same units (keys one CTA streams): a fixed part (the second launch, the
-// partial rows' write and read) plus a part per merged row (one block per query row and head).
-// Fitted to the H200's hd128 decode sweep run with and without splits (docs/perf-notes.md,
-// item 12): MQA 128 x 512 merged 4096 rows in ~15 us, GQA-8 32 x 512 1024 rows in ~12 us, MHA
-// batch 1 x 512 32 rows in ~5 us, at ~30 keys per us.
-constexpr double kMergeFixedKeys = 64;
+// partial rows' write and read: the caller's merge_fixed_keys, 64 for the mma.sync kernels) plus a
+// part per merged row (one block per query row and head). Fitted to the H200's hd128 decode sweep
+// run with and without splits (docs/perf-notes.md, item 12): MQA 128 x 512 merged 4096 rows in
+// ~15 us, GQA-8 32 x 512 1024 rows in ~12 us, MHA batch 1 x 512 32 rows in ~5 us, at ~30 keys per us.
 constexpr double kMergeKeysPerRow = 0.18;
 
 }  // namespace
@@ -56,7 +55,7 @@ Plan describe(const PlanInputs& in, bool is_decode) {
 
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
-                    double merge_rows) {
+                    double merge_rows, double merge_fixed_keys) {
   GQ_CHECK(kv_len.size() == row_tiles.size(), "choose_kv_chunk: kv_len and row_tiles differ in size");
   GQ_CHECK(kv_tile > 0 && target_ctas > 0, "choose_kv_chunk: kv_tile and target_ctas must be positive");
   if (max_splits == 1) return 0;
@@ -87,7 +86,7 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
     const int64_t chunk = ceil_div(ceil_div(max_kv, splits), kv_tile) * kv_tile;
     if (chunk < min_chunk) break;
     if (chunk < max_kv) {
-      const double c = cost(chunk) + kMergeFixedKeys + kMergeKeysPerRow * merge_rows;
+      const double c = cost(chunk) + merge_fixed_keys + kMergeKeysPerRow * merge_rows;
       if (c < best_cost * kMinGain) {
         best_cost = c;
         best_chunk = chunk;

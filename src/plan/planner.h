@@ -23,11 +23,13 @@ Plan describe(const PlanInputs& inputs, bool is_decode);
 //   max_splits: most chunks per request
 //   merge_rows: rows the split merge covers (query tokens x query heads), scaled to this kernel's
 //               time per key
+//   merge_fixed_keys: the split's fixed cost (the merge's launch, the partial rows' write and
+//               read) in keys of this kernel (KernelChoice::merge_fixed_keys)
 // Picks the chunk by a small cost model (whole waves of the longest item, plus the merge when
 // split); docs/perf-notes.md, "Split-KV heuristic".
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
-                    double merge_rows = 0);
+                    double merge_rows = 0, double merge_fixed_keys = 64);
 
 struct WorkList {
   std::vector<WorkItem> items;

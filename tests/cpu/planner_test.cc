@@ -119,6 +119,23 @@ TEST(ChooseKvChunk, NoSplitWhenTheMergeCostsMoreThanItSaves) {
   EXPECT_EQ(plan::choose_kv_chunk({512}, {1}, 32, kTargetCtas, kKvTile, kMinChunk, 0, 32), 256);
 }
 
+// The wgmma kernel's split costs more of its keys (KernelChoice::merge_fixed_keys 320): MQA at 32 x
+// 512 (32 items of 128 rows, 1024 merged rows at key_time 1.36) stays unsplit, while 32 x 2K,
+// with 4 draft tokens too, and batch 1 with 4 draft tokens still split (perf-notes item 156).
+TEST(ChooseKvChunk, WgmmaKernelSplitsOnlyWhereItSavesItsFixedCost) {
+  constexpr int kWgmmaCtas = 132, kWgmmaTile = 128;
+  const std::vector<int32_t> tiles32(32, 1);
+  const auto chunk = [&](int kv_len, double rows, const std::vector<int32_t>& tiles, double fixed) {
+    const std::vector<int32_t> kv(tiles.size(), kv_len);
+    return plan::choose_kv_chunk(kv, tiles, 1, kWgmmaCtas, kWgmmaTile, 128, 0, rows / 1.36, fixed);
+  };
+  EXPECT_EQ(chunk(512, 32 * 32, tiles32, 64), 128);  // the mma.sync kernels' fixed cost: split
+  EXPECT_EQ(chunk(512, 32 * 32, tiles32, 320), 0);
+  EXPECT_EQ(chunk(2048, 32 * 32, tiles32, 320), 512);
+  EXPECT_EQ(chunk(2048, 32 * 4 * 32, tiles32, 320), 512);
+  EXPECT_EQ(chunk(2048, 4 * 32, {1}, 320), 128);
+}
+
 TEST(ChooseKvChunk, SplittingDisabledOrPointless) {
   EXPECT_EQ(plan::choose_kv_chunk({16384}, {1}, 1, kTargetCtas, kKvTile, kMinChunk, 1), 0);
   EXPECT_EQ(plan::choose_kv_chunk({100}, {1}, 1, kTargetCtas, kKvTile, kMinChunk, 0), 0);  // < min_chunk
