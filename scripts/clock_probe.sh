@@ -14,14 +14,14 @@ nvidia-smi --query-gpu=$fields --format=csv,noheader > /dev/null 2>&1 ||
   fields=${fields//clocks_event_reasons/clocks_throttle_reasons}  # older drivers' names
 { head -1 "$rows"; for _ in $(seq "$repeats"); do tail -n +2 "$rows"; done; } > "$log/rows.csv"
 for setting in $settings; do
-  iters=${setting%%:*} settle=${setting##*:}
-  nvidia-smi --query-gpu=timestamp,$fields --format=csv,noheader -lms 50 > "$log/clocks_$setting.csv" 2>&1 &
+  iters=${setting%%:*} settle=${setting##*:} name=i${iters}_s${settle}  # no ":" in names ($OUT drops them)
+  nvidia-smi --query-gpu=timestamp,$fields --format=csv,noheader -lms 50 > "$log/clocks_$name.csv" 2>&1 &
   watcher=$!
   "$bench" --device cuda --sweep "$log/rows.csv" --iters "$iters" --settle-ms "$settle" \
-    --csv "$log/ours_$setting.csv" > "$log/ours_$setting.log" 2>&1 || { echo "gqattn-bench failed"; tail -5 "$log/ours_$setting.log"; }
+    --csv "$log/ours_$name.csv" > "$log/ours_$name.log" 2>&1 || { echo "gqattn-bench failed"; tail -5 "$log/ours_$name.log"; }
   kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
   echo "== iters $iters, settle $settle ms"
-  python3 - "$log/ours_$setting.csv" "$log/clocks_$setting.csv" <<'EOF'
+  python3 - "$log/ours_$name.csv" "$log/clocks_$name.csv" <<'EOF'
 import csv, sys
 from collections import defaultdict
 runs = defaultdict(list)

@@ -31,16 +31,20 @@ case $mode in
     scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10; save
     ;;
   measure)
-    BENCH_FAMILIES=prefill PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=10 scripts/gpu_check.sh bench 2>&1 | tail -2; save
+    # Every row the median of 30 timed calls (BENCHMARKS.md; gpu_check.sh's default), ours and the
+    # peers'. Until session 29 prefill took 10 and decode 20: after a 300 ms idle, 10 calls of a
+    # long prefill row are a burst above the card's sustained power (1 x 16K non-causal: the first
+    # calls at ~700 TFLOP/s, then ~616, ours and cuDNN alike; perf-notes item 159).
+    BENCH_FAMILIES=prefill PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2; save
     E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt"; save
     [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit 0; }
-    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
+    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2; save
     ;;
   land)
     # The decode table first, straight after the build: with the tests and the sanitizers before
     # it, its first rows ran 4-9% slow in sessions 17 and 18 (perf-notes items 89, 103); a table
     # whose tests then fail is not reported.
-    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa BENCH_ITERS=20 scripts/gpu_check.sh bench 2>&1 | tail -2; save
+    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2; save
     # The sweep's first eight rows again after the sweep (printed, not tabled): item 103's check.
     head -9 bench/sweeps/decode.csv > "$LOG_DIR/first_rows.csv"
     build-gpu/gqattn-bench --device cuda --sweep "$LOG_DIR/first_rows.csv" --iters 20 \
