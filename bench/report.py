@@ -337,17 +337,22 @@ def family_section(fam: Family) -> list[str]:
 
 
 def clock_samples(path: Path) -> list[list[float]]:
-    """`nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu
-    --format=csv,noheader,nounits -lms N` samples: [SM MHz, memory MHz, W, C] each."""
+    """`nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu[,
+    clocks_event_reasons.sw_power_cap] --format=csv,noheader,nounits -lms N` samples: [SM MHz,
+    memory MHz, W, C] each, plus 1.0 / 0.0 where the fifth column says whether the power cap held
+    the clock ("Active" / "Not Active")."""
     samples = []
     for line in path.read_text().splitlines() if path.exists() else []:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) < 4:
             continue  # a truncated last line
         try:
-            samples.append([float(c) for c in cells[:4]])
+            sample = [float(c) for c in cells[:4]]
         except ValueError:
             continue  # a header or "[N/A]"
+        if len(cells) >= 5 and cells[4] in ("Active", "Not Active"):
+            sample.append(1.0 if cells[4] == "Active" else 0.0)
+        samples.append(sample)
     return samples
 
 
@@ -358,13 +363,18 @@ def median_sm_clock(samples: list[list[float]]) -> float:
 
 def clock_summary(name: str, samples: list[list[float]]) -> str:
     """One phase's clocks: the SM clock's range and median, the memory clock, power and
-    temperature ranges (what BENCHMARKS.md asks a table to say)."""
+    temperature ranges (what BENCHMARKS.md asks a table to say), and how many samples found the
+    power cap holding the clock (perf-notes item 159: a long prefill row sustains ~615 TFLOP/s
+    under it, ~700 in the burst after an idle)."""
     if not samples:
         return f"{name}: no samples"
     cols = list(zip(*samples))
     span = lambda v, unit: f"{min(v):.0f}-{max(v):.0f} {unit}" if min(v) != max(v) else f"{v[0]:.0f} {unit}"
     text = f"{name}: SM {span(cols[0], 'MHz')} (median {median_sm_clock(samples):.0f})"
     text += f", memory {span(cols[1], 'MHz')}, {span(cols[2], 'W')}, {span(cols[3], 'C')}"
+    capped = [s[4] for s in samples if len(s) > 4]
+    if capped:  # a compute-bound row timed while the cap held ran below the card's top clock
+        text += f", power cap active in {sum(capped):.0f} of {len(capped)}"
     return text + f", {len(samples)} samples"
 
 

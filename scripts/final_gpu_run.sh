@@ -13,8 +13,7 @@
 #                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K; hd128 16 x 1K
 #                                      non-causal: the short items, also per SASS instruction
-#                                      against 1 x 16K: NCU_SASS=1, ncu_sass_diff.py; GQA-8 against
-#                                      MHA non-causal 1 x 16K the same way), and the engine's
+#                                      against 1 x 16K: NCU_SASS=1, ncu_sass_diff.py), and the engine's
 #                                      decode step per kernel for MQA and GQA-8 (~5 min)
 # A fresh machine keeps nothing: each call builds (about 30 s). Carry .deps (GoogleTest sources).
 set -uo pipefail
@@ -67,13 +66,6 @@ case $mode in
       build-gpu/gqattn-bench "prefill,bf16,32,32,128,0,16,1024,1024,0" "prefill,bf16,32,32,128,0,1,16384,16384,0"
     python3 scripts/ncu_sass_diff.py "$LOG_DIR/sass/ncu_1_sass.csv" "$LOG_DIR/sass/ncu_2_sass.csv" --scale 0.0625 \
       > "$LOG_DIR/sass_diff.txt" 2>&1; head -20 "$LOG_DIR/sass_diff.txt"; save
-    # GQA-8 against MHA, non-causal 1 x 16K: the same items and FLOPs, yet 634 against 682 TFLOP/s
-    # in session 28's settled run (perf-notes item 153; causal 696 / 690): the kernel alone (ncu,
-    # one launch at the card's idle clock) or the card's power state within the timed loop?
-    NCU_SASS=1 NCU_TIMEOUT=200 LOG_DIR=$LOG_DIR/sass_gqa NCU_KERNEL=attention_sm90_kernel scripts/ncu_decode.sh \
-      build-gpu/gqattn-bench "prefill,bf16,32,8,128,0,1,16384,16384,0" "prefill,bf16,32,32,128,0,1,16384,16384,0"
-    python3 scripts/ncu_sass_diff.py "$LOG_DIR/sass_gqa/ncu_1_sass.csv" "$LOG_DIR/sass_gqa/ncu_2_sass.csv" --scale 1 \
-      > "$LOG_DIR/sass_diff_gqa.txt" 2>&1; head -20 "$LOG_DIR/sass_diff_gqa.txt"; save
     for heads in 1 8; do
       timeout 150 scripts/profile_engine.sh build-gpu "$heads" "$LOG_DIR/prof_kv$heads.csv" \
         > "$LOG_DIR/prof_kv$heads.txt" 2>&1; head -16 "$LOG_DIR/prof_kv$heads.txt"; rm -f "$LOG_DIR/prof_kv$heads.csv"; save

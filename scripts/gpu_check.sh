@@ -81,8 +81,12 @@ fi
 # by report.py (--clock-log), which also flags phases whose median SM clocks differ by > 5%. They
 # explained session 28's prefill drift (one process's repeats of a 330 us row at 355 .. 315 us):
 # the power cap (perf-notes items 152-153).
+# The fifth column, whether the power cap holds the clock, shows when a compute-bound row ran
+# below the card's top clock (perf-notes item 159); older drivers name it clocks_throttle_reasons.
+cap_field=clocks_event_reasons.sw_power_cap
+nvidia-smi --query-gpu=$cap_field --format=csv,noheader > /dev/null 2>&1 || cap_field=clocks_throttle_reasons.sw_power_cap
 watch_clocks() {  # watch_clocks FILE: sample until the returned pid is killed
-  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,$cap_field --format=csv,noheader,nounits -lms 250 \
     > "$1" 2>/dev/null &
   echo $!
 }

@@ -74,6 +74,11 @@ def test_clock_summary_reads_nvidia_smi_samples(tmp_path):
     assert report.clock_summary("ours", samples) == \
         "ours: SM 1755-1980 MHz (median 1830), memory 3201 MHz, 412-690 W, 41-55 C, 3 samples"
     assert report.clock_summary("peers", report.clock_samples(tmp_path / "missing.csv")) == "peers: no samples"
+    capped = tmp_path / "capped.csv"
+    capped.write_text("1980, 3201, 412.50, 41, Not Active\n1665, 3201, 699.10, 60, Active\n"
+                      "1725, 3201, 698.00, 61, Active\n1980, 3201, 80.00, 40, [N/A]\n")
+    assert report.clock_summary("ours", report.clock_samples(capped)) == \
+        "ours: SM 1665-1980 MHz (median 1980), memory 3201 MHz, 80-699 W, 40-61 C, power cap active in 2 of 3, 4 samples"
 
 
 def test_clock_gap_line_warns_past_five_percent():
