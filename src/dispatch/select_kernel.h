@@ -7,6 +7,7 @@
 
 #include "gqattn/tensor.h"
 #include "kernels/launch.h"
+#include "plan/planner.h"
 
 namespace gqattn::dispatch {
 
@@ -21,11 +22,12 @@ struct KernelChoice {
   // Time per key relative to the decode family's, the split heuristic's unit (H200, unsplit MQA
   // and GQA-8 at 128 x 512: decode_wide 23.6 us, decode 17.3 us); the wider families use 1.36.
   double key_time = 1.0;
-  // The split's fixed cost in keys of this kernel (plan::choose_kv_chunk's merge_fixed_keys): 64
-  // for the mma.sync kernels; 320 for the wgmma kernel, whose 128-key tiles make the same few us
-  // of a second launch more keys (H200, session 28, perf-notes item 156: MQA 32 x 512 unsplit 13.8
-  // us, 4 chunks of 128 keys 14.8, 2 of 256 15.6, which the planner priced 392 / 456 keys against 576).
-  double merge_fixed_keys = 64;
+  // The split's fixed cost in keys of this kernel (plan::choose_kv_chunk's merge_fixed_keys):
+  // plan::kMergeFixedKeys for the mma.sync kernels; 320 for the wgmma kernel, whose 128-key tiles
+  // make the same few us of a second launch more keys (H200, perf-notes items 156 and 158: MQA 32
+  // x 512 unsplit 13.8 us, 4 chunks of 128 keys 14.8, 2 of 256 15.6, which the planner had priced
+  // 392 / 456 keys against 576).
+  double merge_fixed_keys = plan::kMergeFixedKeys;
   void (*launch)(const kernels::AttentionParams&, int, void*) = nullptr;
   int (*ctas_per_sm)() = nullptr;
 };

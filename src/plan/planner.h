@@ -14,6 +14,10 @@ namespace gqattn::plan {
 // total_qo, host copies of qo_indptr (decode: built from qo_len) and kv_len.
 Plan describe(const PlanInputs& inputs, bool is_decode);
 
+// The split's fixed cost (the merge's launch, the partial rows' write and read) in keys one CTA of
+// the mma.sync kernels streams; the wgmma kernel's is its own (KernelChoice::merge_fixed_keys).
+inline constexpr double kMergeFixedKeys = 64;
+
 // How many tokens each split-KV chunk holds, or 0 for no split.
 //   base_ctas:  work items without splitting (sum over requests of row tiles x kv heads)
 //   kv_len:     keys of each request; row_tiles: row tiles of each request
@@ -29,7 +33,7 @@ Plan describe(const PlanInputs& inputs, bool is_decode);
 // split); docs/perf-notes.md, "Split-KV heuristic".
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
-                    double merge_rows = 0, double merge_fixed_keys = 64);
+                    double merge_rows = 0, double merge_fixed_keys = kMergeFixedKeys);
 
 struct WorkList {
   std::vector<WorkItem> items;
