@@ -157,6 +157,7 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
     m.head_dim = plan.head_dim;
     m.group = p.group;
     m.total_qo = static_cast<int>(plan.total_qo);
+    m.batch = plan.batch;
     m.max_splits = plan.max_splits;
     m.programmatic = plan.merge_programmatic ? 1 : 0;
     kernels::launch_split_merge(plan.dtype, m, stream);
@@ -225,12 +226,14 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   GQ_CHECK(static_cast<size_t>(plan.batch) <= kMaxRequests, "plan: batch ", plan.batch, " exceeds ", kMaxRequests);
 
   plan.kernel_id = kernel.id;
-  // On sm_90 the merge after a decode-family kernel is a programmatic dependent launch: it is
-  // scheduled during the attention kernel's tail (split rows of 10-20 us 1.02-1.12x). After
-  // decode_mid and the wgmma kernel the same launch lost 5-11% on some rows, so they keep the
-  // ordinary one (perf-notes item 82). GQATTN_DISABLE_PDL=1: the ordinary launch everywhere.
+  // On sm_90 the merge after a decode or decode_mid kernel is a programmatic dependent launch: it
+  // is scheduled during the attention kernel's tail and finds its rows' requests meanwhile (split
+  // rows of 10-20 us 1.02-1.12x, perf-notes item 82; decode_mid since the lookup moved before the
+  // wait, MQA 8 x 512 1.12x, item 165). After decode_many and the wgmma kernel it lost (item 82:
+  // 0.90x; item 165: 0.96x), so they keep the ordinary one. GQATTN_DISABLE_PDL=1: the ordinary
+  // launch everywhere.
   static const bool pdl_disabled = env_flag("GQATTN_DISABLE_PDL");
-  plan.merge_programmatic = !pdl_disabled && kernel.family == kernels::Family::kDecode && sm >= 90;
+  plan.merge_programmatic = !pdl_disabled && kernels::merge_starts_early(kernel.family) && sm >= 90;
   // The wgmma kernel with items of <= 64 rows (decode rows of a request and K/V head: the group x
   // the new tokens): both consumer warpgroups work on the same rows, each on half of every K/V
   // tile's keys, so neither computes 64 empty rows and each GEMM and softmax a tile is half as long
@@ -256,6 +259,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
     // consumers finish the current one.
     if (!inputs.enable_cuda_graph) plan.num_ctas = std::min(plan.num_work, target_ctas);
   }
+  // Both kernels load item blockIdx.x before they read num_work (one round trip less at the start).
+  GQ_CHECK(plan.num_ctas <= static_cast<int64_t>(kMaxWorkItems), "plan: a grid of ", plan.num_ctas,
+           " CTAs exceeds the work list's ", kMaxWorkItems, " items");
   plan.split = list.split || (inputs.enable_cuda_graph && !inputs.graph_per_split);
   char* base = static_cast<char*>(workspace.data);
   plan.d_header = base + layout.header;

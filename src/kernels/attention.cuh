@@ -123,12 +123,16 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   const int load_chunk = tid % kChunks;
   const int group = static_cast<int>(p.group.divisor);
   const int num_work = p.header->num_work;
-  // The decode family's split merge may be scheduled now: it waits for this grid to finish
-  // (the other families' merge is an ordinary launch: perf-notes item 82).
-  if constexpr (F == Family::kDecode) prims::grid_allow_dependents();
+  // The CTA's first item is loaded beside num_work, not after the loop's test of it: one dependent
+  // round trip less before its first page-id and K/V loads. In bounds whatever num_work says: the
+  // workspace holds kMaxWorkItems items and no grid is larger.
+  WorkItem w = p.work[blockIdx.x];
+  // The split merge after decode and decode_mid may be scheduled now: it waits for this grid to
+  // finish (the other families' merge is an ordinary launch: perf-notes items 82, 165).
+  if constexpr (merge_starts_early(F)) prims::grid_allow_dependents();
 
   for (int item = blockIdx.x; item < num_work; item += gridDim.x) {
-    const WorkItem w = p.work[item];
+    if (item != static_cast<int>(blockIdx.x)) w = p.work[item];
     const ItemKeys keys = item_keys(w, p, kCtaRows, kKVTile);
     const int rows = keys.rows;
     const int kv_stop = keys.kv_stop;

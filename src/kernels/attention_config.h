@@ -216,5 +216,8 @@ template <int HeadDim, typename Cfg>
 struct AttnShape<Family::kPrefillSm90Wide, HeadDim, Cfg> : Sm90Shape<HeadDim, Cfg> {};
 
 constexpr bool is_sm90_family(Family f) { return f == Family::kPrefillSm90 || f == Family::kPrefillSm90Wide; }
+// The families after which the split merge is a programmatic dependent launch (sm_90): they let it
+// be scheduled at their start (prims::grid_allow_dependents), the dispatcher launches it so.
+constexpr bool merge_starts_early(Family f) { return f == Family::kDecode || f == Family::kDecodeMid; }
 
 }  // namespace gqattn::kernels

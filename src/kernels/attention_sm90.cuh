@@ -131,7 +131,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     const T* v = static_cast<const T*>(p.v);
     uint32_t it = 0;  // K/V tiles issued so far (over all items): stage and phase
     // Persistent: CTA b starts with item b, then takes the next unclaimed one from the counter.
+    // Item b is loaded now, beside num_work's load, not after the test of it (in bounds whatever
+    // num_work says: the workspace holds kMaxWorkItems items and no grid is larger).
     int item = blockIdx.x;
+    const WorkItem first = p.work[item];
     for (uint32_t items_done = 0;; ++items_done) {
       // The producer runs ahead into the next item: its Q waits only until the consumers' last
       // S GEMM of the previous item has read Q (their P V and epilogue overlap this item's loads);
@@ -139,7 +142,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       // The item's description is loaded before that wait, its latency hidden behind it.
       const bool done = item >= num_work;
       WorkItem w{};
-      if (!done) w = p.work[item];
+      if (!done) w = items_done == 0 ? first : p.work[item];
       __syncwarp();
       if (items_done > 0) sm90::mbar_wait(q_empty, (items_done - 1) & 1);
       if (tid == 0) {

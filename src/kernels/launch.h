@@ -55,6 +55,7 @@ struct SplitMergeParams {
   int head_dim = 0;
   FastDivmod group;
   int total_qo = 0;
+  int batch = 0;  // the host plan's requests: the first guess of a token's request (locate_split_row)
   int max_splits = 0;  // the plan's most chunks of one request (host side): picks the block width
   // Launched as a programmatic dependent launch (sm_90+): it may start during the attention
   // kernel's tail and waits for it in the kernel (perf-notes item 80).

@@ -60,15 +60,63 @@ struct SplitRow {
   int num_chunks = 0;
 };
 
-// Finds the token's request (requests are sorted by qo_begin: binary search for the last one
-// starting at or before token); false when it was not split or the token is past the batch.
-__device__ __forceinline__ bool locate_split_row(const SplitMergeParams& p, int token, int head, SplitRow& r) {
-  int lo = 0, hi = p.header->batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.requests[mid].qo_begin <= token) lo = mid; else hi = mid - 1;
+// What the merge of a row reads before anything else: the plan header's batch and max_splits and
+// a first guess of the token's request. Where the requests have equal query lengths (every decode
+// plan) the token lies in request token / (total_qo / batch) of the host's plan. All three loads
+// issue before any is used: one round trip, where the header, then a binary search over the
+// requests (a round trip a step), took 2 + log2(batch).
+struct RowLookup {
+  int batch = 0, max_splits = 0, guess = 0;
+  MergeRequest req;
+};
+
+// A 16-byte global load that stays where it is written (asm volatile): the compiler would sink a
+// plain load below the branches after it, behind the header's round trip.
+__device__ __forceinline__ int4 load_v4_now(const void* ptr) {
+  int4 v;
+  asm volatile("ld.volatile.global.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+__device__ __forceinline__ RowLookup start_lookup(const SplitMergeParams& p, int token) {
+  static_assert(offsetof(PlanHeader, batch) == 4 && offsetof(PlanHeader, max_splits) == 12,
+                "the header's first 16 bytes are read as one vector");
+  static_assert(sizeof(MergeRequest) == 16 && offsetof(MergeRequest, qo_len) == 4 &&
+                    offsetof(MergeRequest, num_chunks) == 8 && offsetof(MergeRequest, partial_base) == 12,
+                "a merge request is read as one vector");
+  RowLookup l;
+  const int4 h = load_v4_now(p.header);
+  const int per_request = p.batch > 0 ? max(p.total_qo / p.batch, 1) : 1;
+  l.guess = max(min(token / per_request, p.batch - 1), 0);  // < the host plan's batch: inside the buffer
+  const int4 q = load_v4_now(p.requests + l.guess);
+  l.batch = h.y;
+  l.max_splits = h.w;
+  l.req.qo_begin = q.x;
+  l.req.qo_len = q.y;
+  l.req.num_chunks = q.z;
+  l.req.partial_base = q.w;
+  return l;
+}
+
+// Finds the token's request (requests are sorted by qo_begin: the last one starting at or before
+// token), by the guess where it holds, else by binary search (varlen plans, and a CUDA graph's
+// replay of a plan other than the captured one); false when that request was not split or the
+// token is past the batch.
+__device__ __forceinline__ bool locate_split_row(const SplitMergeParams& p, const RowLookup& l, int token, int head,
+                                                 SplitRow& r) {
+  int lo = l.guess;
+  MergeRequest req = l.req;
+  if (lo >= l.batch || req.qo_begin > token || token >= req.qo_begin + req.qo_len) {
+    lo = 0;
+    int hi = l.batch - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.requests[mid].qo_begin <= token) lo = mid; else hi = mid - 1;
+    }
+    req = p.requests[lo];
   }
-  const MergeRequest req = p.requests[lo];
   if (req.num_chunks <= 1 || token >= req.qo_begin + req.qo_len) return false;
   const int group = static_cast<int>(p.group.divisor);
   r.stride = static_cast<int64_t>(req.qo_len) * group;
@@ -133,14 +181,17 @@ __device__ __forceinline__ void merge_chunks(const SplitMergeParams& p, const Sp
 // chunk a row, MQA batch 1 x 32K in 128-key chunks 0.80x of 256-key ones.)
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
-  // Launched programmatically on sm_90 (launch_programmatic): the attention kernel may still run.
-  prims::grid_dependency_wait();
-  // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here.
-  if (p.header->max_splits <= 1) return;
   const int token = blockIdx.x / p.num_qo_heads;
   const int head = blockIdx.x % p.num_qo_heads;
+  const RowLookup l = start_lookup(p, token);
+  // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here.
+  if (l.max_splits <= 1) return;
   SplitRow r;
-  if (!locate_split_row(p, token, head, r)) return;  // uniform per block
+  if (!locate_split_row(p, l, token, head, r)) return;  // uniform per block
+  // Launched programmatically on sm_90 (launch_programmatic): the attention kernel may still run.
+  // The plan's header and requests were written before it started, so the lookup above ran
+  // meanwhile; its partial rows are read only after it completes.
+  prims::grid_dependency_wait();
 
   const int col_groups = p.head_dim / 4;
   const int lanes = kThreads / col_groups;
@@ -173,15 +224,15 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
 // row kernel above spent 128 threads and two waves of blocks on 4,096 rows of 4 chunks.
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_merge_rows_kernel(const SplitMergeParams p) {
-  prims::grid_dependency_wait();
-  if (p.header->max_splits <= 1) return;
   const int team = p.head_dim / 4;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / team) + threadIdx.x / team;
-  if (row >= static_cast<int64_t>(p.total_qo) * p.num_qo_heads) return;
   const int token = static_cast<int>(row / p.num_qo_heads);
   const int head = static_cast<int>(row % p.num_qo_heads);
+  const RowLookup l = start_lookup(p, token);
+  if (l.max_splits <= 1 || row >= static_cast<int64_t>(p.total_qo) * p.num_qo_heads) return;
   SplitRow r;
-  if (!locate_split_row(p, token, head, r)) return;
+  if (!locate_split_row(p, l, token, head, r)) return;
+  prims::grid_dependency_wait();  // as in split_merge_kernel: the lookup needs only the plan
   const int cg = threadIdx.x % team;
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
