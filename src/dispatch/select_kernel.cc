@@ -14,6 +14,9 @@ using kernels::AttentionKernel;
 using kernels::AttnShape;
 using kernels::Family;
 
+// The wgmma kernel's split fixed cost in its keys (KernelChoice::merge_fixed_keys says why).
+constexpr double kWgmmaMergeFixedKeys = 320;
+
 template <DType D, int HeadDim, Family F>
 KernelChoice entry() {
   KernelChoice c;
@@ -24,7 +27,7 @@ KernelChoice entry() {
   c.kv_tile = kernels::AttnConfig<F, HeadDim>::kKVTile;
   if constexpr (kernels::is_sm90_family(F)) {
     c.split_keys = kernels::AttnConfig<F, HeadDim>::kSplitKeys;
-    c.merge_fixed_keys = 320;
+    c.merge_fixed_keys = kWgmmaMergeFixedKeys;
   }
   c.key_time = F == Family::kDecode || F == Family::kDecodeMany || F == Family::kDecodeLong ? 1.0 : 1.36;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;

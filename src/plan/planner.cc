@@ -18,9 +18,10 @@ constexpr int64_t kItemOverheadKeys = 64;
 constexpr double kMinGain = 0.97;
 // The split merge, in the same units (keys one CTA streams): a fixed part (the second launch, the
 // partial rows' write and read: the caller's merge_fixed_keys, kMergeFixedKeys for the mma.sync
-// kernels) plus a part per merged row (one block per query row and head). Fitted to the H200's hd128 decode sweep
-// run with and without splits (docs/perf-notes.md, item 12): MQA 128 x 512 merged 4096 rows in
-// ~15 us, GQA-8 32 x 512 1024 rows in ~12 us, MHA batch 1 x 512 32 rows in ~5 us, at ~30 keys per us.
+// kernels) plus a part per merged row (one block per query row and head). Fitted to the H200's
+// hd128 decode sweep run with and without splits (docs/perf-notes.md, item 12): MQA 128 x 512
+// merged 4096 rows in ~15 us, GQA-8 32 x 512 1024 rows in ~12 us, MHA batch 1 x 512 32 rows in
+// ~5 us, at ~30 keys per us.
 constexpr double kMergeKeysPerRow = 0.18;
 
 }  // namespace
