@@ -239,6 +239,10 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   in.page_size = paged ? c.page_size : 0;
   in.causal = c.causal;
   in.max_num_splits = c.max_num_splits;
+  // --cuda-graph: the plan the engine's captured decode steps make (a fixed grid, kernels chosen
+  // from the batch alone, the merge only where this plan splits).
+  in.enable_cuda_graph = c.cuda_graph;
+  in.graph_per_split = c.cuda_graph;
   in.kv_indptr = kv_indptr;
   if (paged) in.kv_last_page_len = last;
   if (decode) in.qo_len = qo_len; else in.qo_indptr = qo_indptr;

@@ -57,6 +57,9 @@ head_dim 128) with 32, 8 and 1 KV heads, decode and prefill; on the GPU at batch
   --settle-ms N                GPU: the host sleeps N ms before each case's timed runs, so that
                                the card's power average (and its SM clock) recovers from the
                                rows before it, as between the peers' Python-timed rows (default 0)
+  --cuda-graph 0|1             GPU: plan each case as the engine's CUDA-graph decode steps do
+                               (PlanInputs::enable_cuda_graph and graph_per_split: a fixed grid,
+                               the kernel chosen from the batch alone) (default 0)
 
 One case (any of these selects single-case mode; --family picks decode or prefill):
   --dtype bf16|fp16            (default bf16)
@@ -87,6 +90,7 @@ struct Options {
   int iters = 0;  // 0: the device's default
   int max_splits = 0;
   int settle_ms = 0;
+  bool cuda_graph = false;
   bool iters_given = false;
   bool help = false;
   bool single = false;
@@ -124,9 +128,9 @@ Options parse_args(int argc, char** argv) {
       continue;
     }
     static const std::vector<std::string> kValueFlags = {
-        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--settle-ms", "--dtype", "--num-qo-heads",
-        "--num-kv-heads", "--head-dim", "--page-size", "--batch", "--qo-len", "--kv-len",
-        "--causal", "--layout"};
+        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--settle-ms", "--cuda-graph",
+        "--dtype", "--num-qo-heads", "--num-kv-heads", "--head-dim", "--page-size", "--batch", "--qo-len",
+        "--kv-len", "--causal", "--layout"};
     if (std::find(kValueFlags.begin(), kValueFlags.end(), flag) == kValueFlags.end())
       throw UsageError{"unknown flag '" + flag + "'"};
     if (!has_value) {
@@ -141,6 +145,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--iters") { opt.iters = parse_int(flag, value); opt.iters_given = true; }
     else if (flag == "--max-splits") opt.max_splits = parse_int(flag, value);
     else if (flag == "--settle-ms") opt.settle_ms = parse_int(flag, value);
+    else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
     else {
       opt.single = true;
       if (flag == "--dtype") c.dtype = parse_dtype(flag, value);
@@ -506,6 +511,7 @@ int run(const Options& opt) {
   for (BenchCase& c : cases) {
     c.max_num_splits = opt.max_splits;
     c.settle_ms = opt.settle_ms;
+    c.cuda_graph = opt.cuda_graph;
   }
 
   // One set of rules: a single case the library would reject is an error (exit 1).

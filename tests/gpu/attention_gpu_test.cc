@@ -340,12 +340,18 @@ TEST(GpuDecode, BitwiseDeterministic) {
 // another page table (written into the same fixed-capacity index buffers, as an engine does).
 // The lengths make every plan split unless max_num_splits is 1. Without graph_per_split the graph
 // holds the attention kernel and the merge; with it, the merge only when the plans split.
-void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_splits) {
+// A graph captured with the first step's plan, replayed for every step's lengths (one batch size).
+// grid_covers_work: the plans are of an mma.sync kernel, whose graph grid is never smaller than the
+// captured work list (finish_plan).
+void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_splits, Heads h = {32, 8},
+                                         const std::vector<std::vector<int32_t>>& steps = {{5000, 30, 6001},
+                                                                                           {2, 7777, 16},
+                                                                                           {9000, 9001, 4095}},
+                                         bool grid_covers_work = false) {
   const DType dtype = DType::kBF16;
-  const Heads h{32, 8};
-  const int head_dim = 128, page_size = 16, batch = 3, qo_len = 2;
+  const int head_dim = 128, page_size = 16, qo_len = 2;
+  const int batch = static_cast<int>(steps[0].size());
   const int64_t pool_pages = 1500;
-  const std::vector<std::vector<int32_t>> steps = {{5000, 30, 6001}, {2, 7777, 16}, {9000, 9001, 4095}};
   const auto shape = pool_shape(KVLayout::kNHD, pool_pages, h.kv, page_size, head_dim);
   PagedKVHost host;
   host.layout = KVLayout::kNHD;
@@ -402,6 +408,7 @@ void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_split
     const Plan plan = decode_plan(in, ws.get(), stream);
     EXPECT_EQ(plan.max_splits > 1, max_num_splits != 1);
     EXPECT_EQ(plan.split, !graph_per_split || plan.max_splits > 1);
+    if (grid_covers_work) EXPECT_GE(plan.num_ctas, plan.num_work);
     GQ_CUDA_CHECK(cudaMemcpyAsync(d_indptr.view().data, table.kv_page_indptr.data(), (batch + 1) * 4,
                                   cudaMemcpyHostToDevice, stream));
     GQ_CUDA_CHECK(cudaMemcpyAsync(d_indices.view().data, table.kv_page_indices.data(),
@@ -434,6 +441,21 @@ void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_split
 TEST(GpuDecode, CudaGraphReplayWithNewLengths) {
   GQ_REQUIRE_GPU();
   check_graph_replay_with_new_lengths(false, 0);
+}
+
+// More work items than CTAs fill the GPU (MHA, 20 requests x 32 K/V heads: decode_many's 640 items
+// against 528 CTAs on an H200; no split, as in the engine's MHA steps): the graph's grid is the
+// captured work list; lengths 0 and 2 (the two new tokens alone) and lengths off the page and tile
+// among them.
+TEST(GpuDecode, CudaGraphReplayWithMoreItemsThanSlots) {
+  GQ_REQUIRE_GPU();
+  std::vector<std::vector<int32_t>> steps(3, std::vector<int32_t>(20));
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < 20; ++i) steps[s][i] = (i * 53 + s * 197 + 1) % 700;
+    steps[s][s] = 0;
+    steps[s][s + 1] = 2;
+  }
+  check_graph_replay_with_new_lengths(true, 1, Heads{32, 32}, steps, true);
 }
 
 TEST(GpuDecode, CudaGraphPerSplit) {
