@@ -252,7 +252,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // CTA an item, as outside graph mode: a replay with more items loops, one with fewer exits
   // early), else target_ctas. Against target_ctas CTAs looping over the 4,096 items of the engine's
   // MHA step: decode MHA 128 x 256 / 512 keys 1.052x / 1.025x, the engine's MHA step 0.7% shorter
-  // (perf-notes item 170).
+  // (perf-notes item 171).
   plan.num_ctas = inputs.enable_cuda_graph ? std::max(target_ctas, plan.num_work) : plan.num_work;
   // The wgmma kernel runs persistent: one CTA per SM, each taking the next item of the list from
   // a counter (the list holds each head's longest row tiles first), its producer loading the next
