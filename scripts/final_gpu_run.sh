@@ -10,7 +10,8 @@
 #                                      with peers and report (first), every ctest, the sanitizer
 #                                      subset, the engine's three gqattn runs (~7 min)
 #   scripts/final_gpu_run.sh profile   ncu on the decode cases of perf-notes item 19 (MQA 128 x 32K
-#                                      against 8 query heads on one K/V head, MHA 128 x 512), on the
+#                                      against 8 query heads on one K/V head, MHA 128 x 512; 8/1
+#                                      heads 128 x 512), cuDNN's kernel on the last two, on the
 #                                      Hopper prefill at hd256 and hd128 (1 x 16K; hd128 16 x 1K
 #                                      non-causal: the short items, also per SASS instruction
 #                                      against 1 x 16K: NCU_SASS=1, ncu_sass_diff.py), and the engine's
@@ -55,7 +56,10 @@ case $mode in
     ;;
   profile)
     scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
-      "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1"; save
+      "decode,bf16,8,1,128,16,128,1,32768,1" "decode,bf16,32,32,128,16,128,1,512,1" \
+      "decode,bf16,8,1,128,16,128,1,512,1"; save
+    # cuDNN's kernel on the last two (perf-notes item 175: ours at 86% / 45% of DRAM bandwidth).
+    LOG_DIR=$LOG_DIR/peer scripts/ncu_peer.sh "cudnn 32 32 128 128 1 512 0" "cudnn 8 1 128 128 1 512 0"; save
     # The Hopper prefill at hd256 against hd128 (perf-notes item 20), and short items (16 x 1K
     # non-causal: 0.78x of 1 x 16K's throughput in session 10's table).
     LOG_DIR=$LOG_DIR/prefill NCU_KERNEL=attention_sm90_kernel scripts/ncu_decode.sh build-gpu/gqattn-bench \
