@@ -245,14 +245,13 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   plan.kv_chunk = kv_chunk;
   plan.num_work = static_cast<int>(list.items.size());
   plan.max_splits = list.max_splits;
-  // In CUDA-graph mode the grid is fixed and CTAs loop over the work list, and the merge kernel
-  // always runs (it skips unsplit requests), so a replay is right for any later plan; with
-  // graph_per_split it runs only after a split, and the caller keeps a graph per Plan::split.
-  // The grid is the captured plan's work list where that holds more items than target_ctas (one
-  // CTA an item, as outside graph mode: a replay with more items loops, one with fewer exits
-  // early), else target_ctas. Against target_ctas CTAs looping over the 4,096 items of the engine's
-  // MHA step: decode MHA 128 x 256 / 512 keys 1.052x / 1.025x, the engine's MHA step 0.7% shorter
-  // (perf-notes item 171).
+  // In CUDA-graph mode a replay keeps the captured grid and CTAs loop over the work list (a CTA
+  // past its end exits), and the merge kernel always runs (it skips unsplit requests), so a replay
+  // is right for any later plan; with graph_per_split it runs only after a split, and the caller
+  // keeps a graph per Plan::split. The grid is one CTA an item where the items outnumber
+  // target_ctas, as outside graph mode: against target_ctas CTAs looping over the 4,096 items of
+  // the engine's MHA step, decode MHA 128 x 256 / 512 keys ran 1.052x / 1.025x and the engine's
+  // MHA step 0.6% shorter (perf-notes item 171).
   plan.num_ctas = inputs.enable_cuda_graph ? std::max(target_ctas, plan.num_work) : plan.num_work;
   // The wgmma kernel runs persistent: one CTA per SM, each taking the next item of the list from
   // a counter (the list holds each head's longest row tiles first), its producer loading the next

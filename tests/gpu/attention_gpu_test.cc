@@ -336,17 +336,15 @@ TEST(GpuDecode, BitwiseDeterministic) {
   EXPECT_EQ(a.lse.storage(), b.lse.storage());
 }
 
-// A graph captured once replays correctly after plan() is called again with other lengths and
-// another page table (written into the same fixed-capacity index buffers, as an engine does).
-// The lengths make every plan split unless max_num_splits is 1. Without graph_per_split the graph
-// holds the attention kernel and the merge; with it, the merge only when the plans split.
-// A graph captured with the first step's plan, replayed for every step's lengths (one batch size).
-// grid_covers_work: the plans are of an mma.sync kernel, whose graph grid is never smaller than the
-// captured work list (finish_plan).
+// A graph captured once, with the first step's plan, replays correctly after plan() is called
+// again with each step's lengths (one batch size) and another page table (written into the same
+// fixed-capacity index buffers, as an engine does). The steps' lengths must make every plan split
+// unless max_num_splits is 1. Without graph_per_split the graph holds the attention kernel and the
+// merge; with it, the merge only when the plans split. grid_covers_work: the plans are of an
+// mma.sync kernel, whose graph grid is never smaller than its work list (finish_plan).
+const std::vector<std::vector<int32_t>> kGraphReplaySteps = {{5000, 30, 6001}, {2, 7777, 16}, {9000, 9001, 4095}};
 void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_splits, Heads h = {32, 8},
-                                         const std::vector<std::vector<int32_t>>& steps = {{5000, 30, 6001},
-                                                                                           {2, 7777, 16},
-                                                                                           {9000, 9001, 4095}},
+                                         const std::vector<std::vector<int32_t>>& steps = kGraphReplaySteps,
                                          bool grid_covers_work = false) {
   const DType dtype = DType::kBF16;
   const int head_dim = 128, page_size = 16, qo_len = 2;
