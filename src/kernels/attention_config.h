@@ -70,12 +70,15 @@ constexpr int kDecodeManyHeadDim = 128;
 
 template <int HeadDim>
 struct AttnConfig<Family::kDecodeMany, HeadDim> {
-  static constexpr int kWarpsN = 1;  // warps along the output's columns (see decode)
+  // Two warps along the output's columns (see decode): each pair computes the same scores and
+  // multiplies P by its half of V, so that four CTAs an SM run sixteen warps (118 registers), not
+  // eight: item 180's shapes lost with every warp an SM they gave up (item 181).
+  static constexpr int kWarpsN = 2;
   static_assert(HeadDim == kDecodeManyHeadDim, "decode_many is built for head_dim 128 only");
   static constexpr int kWarpsM = 1;
   static constexpr int kMTiles = 1;
-  // 32-key tiles over two warps, three stages: 52 KB, four CTAs an SM (the same eight warps and
-  // 2 x 2 x 32 KB of tiles in flight as the decode family's two CTAs).
+  // 32-key tiles over two key warps, three stages: 52 KB, four CTAs an SM (the same 2 x 2 x 32 KB
+  // of tiles in flight as the decode family's two CTAs).
   static constexpr int kWarpsKV = 2;
   static constexpr int kKVTile = 32;
   static constexpr int kStages = 3;
