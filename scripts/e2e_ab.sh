@@ -4,7 +4,8 @@
 # setting in the order given and then in reverse (ABBA for two settings), and a table of total
 # seconds and mean decode step per setting. Usage (on the GPU machine, after a build):
 #   E2E_HEADS="8 1" scripts/e2e_ab.sh BUILD_DIR OUT_DIR "on:" "off:GQATTN_DISABLE_ENGINE_PREFETCH=1" ...
-# A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set); E2E_ROUNDS=1
+# A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set); an item that
+# starts with -- is a flag of `gqattn-serve bench` instead ("p64:--page-size=64"); E2E_ROUNDS=1
 # skips the reversed round. Every run logs
 # its GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_<round>.log.
 set -uo pipefail
@@ -15,11 +16,14 @@ summary="$out/summary.txt"
 : > "$summary"
 run() {  # run SETTING ROUND
   local name=${1%%:*} vars=${1#*:} round=$2
-  local extra="GQATTN_ENGINE_GEMM_LOG=1"
+  local extra="GQATTN_ENGINE_GEMM_LOG=1" env_vars=() flags=() item
+  for item in $(echo "$vars" | tr ',' ' '); do
+    if [[ $item == --* ]]; then flags+=("${item%%=*}" "${item#*=}"); else env_vars+=("$item"); fi
+  done
   for h in $heads; do
     local log="$out/${name}_kv${h}_$round.log"
-    env $(echo "$vars" | tr ',' ' ') $extra timeout "${E2E_TIMEOUT:-150}" "$build/gqattn-serve" bench --device cuda \
-      --model llama2-7b --num-kv-heads "$h" > "$log" 2>&1 || echo "$name kv$h round $round: exit $?"
+    env "${env_vars[@]}" $extra timeout "${E2E_TIMEOUT:-150}" "$build/gqattn-serve" bench --device cuda \
+      --model llama2-7b --num-kv-heads "$h" "${flags[@]}" > "$log" 2>&1 || echo "$name kv$h round $round: exit $?"
     local total step
     total=$(awk '/^total/ {print $2}' "$log")
     step=$(awk '/^mean decode step/ {print $4}' "$log")
