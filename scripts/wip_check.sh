@@ -8,7 +8,8 @@
 # Logs under $LOG_DIR/<patch>/, tarred to $OUT/wip_logs.tgz.
 # Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
 #   [WIP_SWEEP_FILE=bench/sweeps/x.csv] [WIP_TEST_TIMEOUT=300] [WIP_BENCH_TIMEOUT=300]
-#   [WIP_NO_TESTS="name ..."] [WIP_NO_PORTABLE=1] [WIP_SETTLE_MS=300] scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
+#   [WIP_NO_TESTS="name ..."] [WIP_NO_PORTABLE=1] [WIP_SETTLE_MS=300] [WIP_RACECHECK=gtest-filter]
+#   scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
 # (WIP_SWEEP_DIMS: the head dims whose sweep rows run, default WIP_HEAD_DIMS; a patch's own
 # @sweep.csv and @rounds override WIP_SWEEP_FILE and WIP_ROUNDS for it, so patches aimed at
 # different rows share one call and one build of main; WIP_NO_TESTS: patches, by name, whose
@@ -69,6 +70,10 @@ for spec in $PATCHES; do
       GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
     timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
       > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
+    # WIP_RACECHECK="GpuDecode.X:GpuDecode.Y": racecheck of the patched build on those tests (~20 s
+    # each for decode's; session 33 ran it by hand after the script).
+    [ -n "${WIP_RACECHECK:-}" ] && { timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool racecheck "$T" \
+      --gtest_filter="$WIP_RACECHECK" > "$logs/racecheck.log" 2>&1 && echo "racecheck: clean" || { echo "racecheck: errors"; status=1; }; }
     tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
   fi
   # The family whose sweep runs: the sweep file's, else from the patch's name (decode-*,
