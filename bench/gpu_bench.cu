@@ -22,6 +22,7 @@
 #include "gqattn/attention.h"
 #include "gqattn/error.h"
 #include "kernels/launch.h"
+#include "prims/counter_random.h"
 #include "prims/cuda_check.h"
 
 namespace gqattn::bench {
@@ -43,10 +44,7 @@ DeviceBuffer alloc(size_t bytes) {
 
 __global__ void fill_random_kernel(uint16_t* data, size_t n, uint64_t seed, bool fp16) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
+    const uint64_t x = prims::random_bits(seed, 0, i);
     const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24) * 2.f - 1.f;  // [-1, 1)
     const float val = u == 0.f ? 0.5f : u;
     if (fp16) {

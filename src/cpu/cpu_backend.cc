@@ -1,13 +1,19 @@
-// The CPU backend's attention, append_kv and merge_states: float64 accumulation, plain loops.
+// The CPU backend's attention, append_kv and merge_states: float64 accumulation, plain loops (the
+// attention's rows spread over threads where the call is large: the same bits on any count).
 // Layer: src/cpu (host-only). Inputs are validated by src/api before they reach this file, so
 // every page id and length here is known to be in range.
 #include "cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "api/host_float.h"
@@ -76,58 +82,155 @@ GatherFn gather_ragged(const RaggedKV& kv, const Plan& plan) {
   };
 }
 
+// Rows [row_begin, row_end) of request b's packed rows under K/V head g (packed row r: query head
+// g * group_size + r / qo_len, query token r % qo_len), computed by one task.
+struct Task {
+  int b = 0, g = 0;
+  int64_t row_begin = 0, row_end = 0;
+};
+
+constexpr int64_t kTaskRows = 16;
+// Rows computed together: each key's and value's row is read once for all of them, and their dot
+// products are independent sums (each in the same order as one row alone: the same bits).
+constexpr int kBlockRows = 4;
+// Multiply-adds below which a call stays on the calling thread (threads cost ~50 us each to start).
+constexpr double kParallelWork = double(1 << 22);
+// Each thread gathers its own copy of a (request, K/V head)'s keys and values in float64: no more
+// threads than keep those copies within this many bytes.
+constexpr double kScratchBytes = double(1ull << 30);
+
+// Threads of the CPU backend: GQATTN_CPU_THREADS, else the hardware's.
+int cpu_threads() {
+  static const int threads = [] {
+    if (const char* env = std::getenv("GQATTN_CPU_THREADS")) {
+      const int n = std::atoi(env);
+      if (n >= 1) return n;
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(std::min(hw, 256u));
+  }();
+  return threads;
+}
+
+// One thread's buffers: the K/V of the (request, K/V head) it last gathered, and a block's query
+// rows, logits and accumulators.
+struct Scratch {
+  int b = -1, g = -1;
+  HeadKV kv;
+  std::vector<double> q, logits, acc;
+};
+
+// fn(task, scratch) for tasks 0 .. num_tasks - 1, claimed in order by `threads` threads (the
+// calling one among them). Every output row is written by one task in a fixed order, so the
+// results do not depend on the thread count.
+template <typename Fn>
+void run_tasks(size_t num_tasks, size_t threads, const Fn& fn) {
+  threads = std::max<size_t>(1, std::min(threads, num_tasks));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    try {
+      Scratch scratch;
+      for (size_t t = next++; t < num_tasks; t = next++) fn(t, scratch);
+    } catch (...) {
+      next = num_tasks;
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 // The attention of every request of the plan; K/V come from `gather`.
 void attend(const Plan& plan, const TensorView& q, const TensorView& o, const TensorView& lse,
             float sm_scale, bool causal, const GatherFn& gather) {
   const int64_t head_dim = plan.head_dim;
   const int group_size = plan.num_qo_heads / plan.num_kv_heads;
   const double scale = sm_scale == 0.f ? 1.0 / std::sqrt(double(head_dim)) : double(sm_scale);
-  HeadKV kv;
-  std::vector<double> qrow(static_cast<size_t>(head_dim)), logits, acc(static_cast<size_t>(head_dim));
+  std::vector<Task> tasks;
+  double work = 0.0, longest = 0.0;
   for (int b = 0; b < plan.batch; ++b) {
-    const int64_t qo_begin = plan.qo_indptr[b];
-    const int64_t qo_len = plan.qo_indptr[b + 1] - qo_begin;
-    if (qo_len == 0) continue;
-    for (int g = 0; g < plan.num_kv_heads; ++g) {
-      gather(b, g, kv);
-      for (int h = g * group_size; h < (g + 1) * group_size; ++h) {
-        for (int64_t i = 0; i < qo_len; ++i) {
-          const int64_t token = qo_begin + i;
-          // Causal: token i is key kv_len - qo_len + i of its request and sees keys up to it.
-          const int64_t visible =
-              causal ? std::clamp<int64_t>(kv.kv_len - qo_len + i + 1, 0, kv.kv_len) : kv.kv_len;
-          const int64_t q_off = token * q.strides[0] + h * q.strides[1];
-          const int64_t o_off = token * o.strides[0] + h * o.strides[1];
-          std::fill(acc.begin(), acc.end(), 0.0);
-          double lse_value = kNegInf;
-          if (visible > 0) {
-            for (int64_t d = 0; d < head_dim; ++d) qrow[d] = load_as_double(q.data, q.dtype, q_off + d);
-            logits.assign(size_t(visible), 0.0);
-            double max_logit = kNegInf;
-            for (int64_t j = 0; j < visible; ++j) {
-              double dot = 0.0;
-              for (int64_t d = 0; d < head_dim; ++d) dot += qrow[d] * kv.k[j * head_dim + d];
-              logits[j] = scale * dot;
-              max_logit = std::max(max_logit, logits[j]);
-            }
-            double denom = 0.0;
-            for (int64_t j = 0; j < visible; ++j) {
-              const double p = std::exp(logits[j] - max_logit);
-              denom += p;
-              for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * kv.v[j * head_dim + d];
-            }
-            for (int64_t d = 0; d < head_dim; ++d) acc[d] /= denom;
-            lse_value = max_logit + std::log(denom);
-          }
-          for (int64_t d = 0; d < head_dim; ++d) store_from_double(o.data, o.dtype, o_off + d, acc[d]);
-          if (lse.defined()) {
-            store_from_double(lse.data, DType::kFP32, token * lse.strides[0] + h * lse.strides[1],
-                              lse_value);
-          }
+    const int64_t rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
+    for (int g = 0; g < plan.num_kv_heads; ++g)
+      for (int64_t r = 0; r < rows; r += kTaskRows) tasks.push_back(Task{b, g, r, std::min(r + kTaskRows, rows)});
+    work += double(rows) * plan.num_kv_heads * double(plan.kv_len[b]) * double(head_dim);
+    if (rows > 0) longest = std::max(longest, double(plan.kv_len[b]));
+  }
+  const double scratch_bytes = 2.0 * longest * double(head_dim) * sizeof(double);
+  const size_t threads = work < kParallelWork ? 1
+                         : static_cast<size_t>(std::max(1.0, std::min(double(cpu_threads()), kScratchBytes / std::max(scratch_bytes, 1.0))));
+
+  run_tasks(tasks.size(), threads, [&](size_t index, Scratch& s) {
+    const Task& task = tasks[index];
+    if (s.b != task.b || s.g != task.g) {
+      gather(task.b, task.g, s.kv);
+      s.b = task.b;
+      s.g = task.g;
+    }
+    const HeadKV& kv = s.kv;
+    const int64_t qo_begin = plan.qo_indptr[task.b];
+    const int64_t qo_len = plan.qo_indptr[task.b + 1] - qo_begin;
+    s.q.assign(size_t(kBlockRows * head_dim), 0.0);
+    s.acc.resize(size_t(kBlockRows * head_dim));
+    s.logits.resize(size_t(kBlockRows * kv.kv_len));
+    for (int64_t r0 = task.row_begin; r0 < task.row_end; r0 += kBlockRows) {
+      const int n = static_cast<int>(std::min<int64_t>(kBlockRows, task.row_end - r0));
+      int64_t token[kBlockRows], head[kBlockRows], visible[kBlockRows] = {0, 0, 0, 0}, most = 0;
+      for (int x = 0; x < n; ++x) {
+        const int64_t i = (r0 + x) % qo_len;
+        token[x] = qo_begin + i;
+        head[x] = task.g * int64_t(group_size) + (r0 + x) / qo_len;
+        // Causal: token i is key kv_len - qo_len + i of its request and sees keys up to it.
+        visible[x] = causal ? std::clamp<int64_t>(kv.kv_len - qo_len + i + 1, 0, kv.kv_len) : kv.kv_len;
+        most = std::max(most, visible[x]);
+        const int64_t q_off = token[x] * q.strides[0] + head[x] * q.strides[1];
+        for (int64_t d = 0; d < head_dim; ++d) s.q[size_t(x * head_dim + d)] = load_as_double(q.data, q.dtype, q_off + d);
+      }
+      // Logits of keys j < most for every row of the block (past a row's own visible keys unused).
+      for (int64_t j = 0; j < most; ++j) {
+        const double* key = kv.k.data() + j * head_dim;
+        double dot[kBlockRows] = {0.0, 0.0, 0.0, 0.0};
+        for (int64_t d = 0; d < head_dim; ++d)
+          for (int x = 0; x < kBlockRows; ++x) dot[x] += s.q[size_t(x * head_dim + d)] * key[d];
+        for (int x = 0; x < kBlockRows; ++x) s.logits[size_t(x * kv.kv_len + j)] = scale * dot[x];
+      }
+      double max_logit[kBlockRows], denom[kBlockRows];
+      for (int x = 0; x < n; ++x) {
+        max_logit[x] = kNegInf;
+        for (int64_t j = 0; j < visible[x]; ++j) max_logit[x] = std::max(max_logit[x], s.logits[size_t(x * kv.kv_len + j)]);
+        denom[x] = 0.0;
+      }
+      std::fill(s.acc.begin(), s.acc.end(), 0.0);
+      for (int64_t j = 0; j < most; ++j) {
+        const double* value = kv.v.data() + j * head_dim;
+        for (int x = 0; x < n; ++x) {
+          if (j >= visible[x]) continue;
+          const double p = std::exp(s.logits[size_t(x * kv.kv_len + j)] - max_logit[x]);
+          denom[x] += p;
+          double* acc = s.acc.data() + x * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * value[d];
+        }
+      }
+      for (int x = 0; x < n; ++x) {
+        double* acc = s.acc.data() + x * head_dim;
+        double lse_value = kNegInf;
+        if (visible[x] > 0) {
+          for (int64_t d = 0; d < head_dim; ++d) acc[d] /= denom[x];
+          lse_value = max_logit[x] + std::log(denom[x]);
+        }
+        const int64_t o_off = token[x] * o.strides[0] + head[x] * o.strides[1];
+        for (int64_t d = 0; d < head_dim; ++d) store_from_double(o.data, o.dtype, o_off + d, acc[d]);
+        if (lse.defined()) {
+          store_from_double(lse.data, DType::kFP32, token[x] * lse.strides[0] + head[x] * lse.strides[1], lse_value);
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "gqattn/error.h"
 #include "gqattn/paged_kv.h"
 #include "gqattn/tensor.h"
+#include "prims/counter_random.h"
 
 namespace gqattn::test {
 
@@ -137,14 +138,15 @@ class HostTensor {
 };
 
 // Seeded values in [-1, -0.05] U [0.05, 1] for every storage element (padding too): random,
-// never zero, exactly representable after rounding to the tensor's dtype.
+// never zero, exactly representable after rounding to the tensor's dtype. Storage element i is
+// a function of (seed, i) alone (prims/counter_random.h): ~3 ns an element, where mt19937_64 and
+// a distribution took ~20 and made the inputs most of a GPU decode test's time.
 inline void fill_random(HostTensor& t, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> mag(0.05, 1.0);
   const int64_t n = t.storage_elems();
   for (int64_t i = 0; i < n; ++i) {
-    const double v = (rng() & 1) ? mag(rng) : -mag(rng);
-    store_from_double(t.data(), t.dtype(), i, v);
+    const uint64_t bits = prims::random_bits(seed, 0, uint64_t(i));
+    const double mag = 0.05 + 0.95 * prims::uniform01(bits);
+    store_from_double(t.data(), t.dtype(), i, mag * (2.0 * double(bits & 1) - 1.0));  // the sign without a branch
   }
 }
 
@@ -247,15 +249,20 @@ inline PagedKVHost make_paged_kv(const HostTensor& k_dense, const HostTensor& v_
   fill_random(out.k_pages, seed + 1);
   fill_random(out.v_pages, seed + 2);
   const std::vector<int32_t> first = token_indptr(kv_len);
+  GQ_CHECK(kd.strides[2] == 1 && v_dense.view().strides[2] == 1 && v_dense.view().strides[0] == kd.strides[0] &&
+               v_dense.view().strides[1] == kd.strides[1],
+           "make_paged_kv: dense K and V with the same strides, rows contiguous");
+  const size_t elem = dtype_size(kd.dtype), row_bytes = size_t(head_dim) * elem;
+  auto* k_pool = static_cast<uint8_t*>(out.k_pages.data());
+  auto* v_pool = static_cast<uint8_t*>(out.v_pages.data());
   for (size_t b = 0; b < kv_len.size(); ++b) {
     for (int64_t j = 0; j < kv_len[b]; ++j) {
       const int64_t page = out.table.kv_page_indices[out.table.kv_page_indptr[b] + j / page_size];
       for (int64_t h = 0; h < heads; ++h) {
-        const int64_t dst = pool_offset(out.k_pages.view(), layout, page, h, j % page_size);
-        for (int64_t d = 0; d < head_dim; ++d) {
-          store_from_double(out.k_pages.data(), kd.dtype, dst + d, k_dense.at({first[b] + j, h, d}));
-          store_from_double(out.v_pages.data(), kd.dtype, dst + d, v_dense.at({first[b] + j, h, d}));
-        }
+        const size_t dst = size_t(pool_offset(out.k_pages.view(), layout, page, h, j % page_size)) * elem;
+        const size_t src = size_t(k_dense.offset({first[b] + j, h, 0})) * elem;
+        std::memcpy(k_pool + dst, static_cast<const uint8_t*>(k_dense.data()) + src, row_bytes);
+        std::memcpy(v_pool + dst, static_cast<const uint8_t*>(v_dense.data()) + src, row_bytes);
       }
     }
   }

@@ -4,7 +4,9 @@
 // Layer: tests/cpu (label cpu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -535,6 +537,52 @@ TEST(AppendKv, WritesEveryTokenIntoItsSlot) {
     args.o = b.o.view();
     decode_run(plan, args);
     EXPECT_EQ(compare(a.o, b.o).max_abs, 0.0);
+  }
+}
+
+// ---- threads ---------------------------------------------------------------------------------
+
+// Rows [begin, end) of a [rows, ...] tensor as a tensor of their own.
+HostTensor slice_rows(const HostTensor& t, int64_t begin, int64_t end) {
+  std::vector<int64_t> shape(t.view().shape, t.view().shape + t.view().ndim);
+  shape[0] = end - begin;
+  HostTensor out(shape, t.dtype());
+  const size_t row_bytes = t.bytes() / size_t(std::max<int64_t>(t.view().shape[0], 1));
+  if (end > begin) std::memcpy(out.data(), static_cast<const uint8_t*>(t.data()) + size_t(begin) * row_bytes, out.bytes());
+  return out;
+}
+
+// The CPU backend spreads a large call's rows over threads (GQATTN_CPU_THREADS, else every core)
+// and runs small ones on the caller's: a batch large enough to be spread gives the same bits as
+// each of its requests alone, each small enough to run on one thread. Causal prefill with a
+// cached prefix, G = 4, fp32 output (every bit of the sum shows) and bf16.
+TEST(Threads, LargeCallEqualsEachRequestAlone) {
+  for (DType dtype : {DType::kFP32, DType::kBF16}) {
+    Problem p{/*num_qo_heads=*/8, /*num_kv_heads=*/2, /*head_dim=*/64, dtype, {}, {}, /*causal=*/true};
+    for (int b = 0; b < 16; ++b) {  // 16 x ~2.5M multiply-adds: each alone under the threads' bar, together over it
+      p.qo_len.push_back(b == 5 ? 0 : 30 + (b * 13) % 41);
+      p.kv_len.push_back(p.qo_len.back() + (b * 7) % 29);
+    }
+    p.seed = 31;
+    const Inputs in = make_inputs(p);
+    const Output all = run_prefill(p, in, 0);
+    for (size_t b = 0; b < p.qo_len.size(); ++b) {
+      SCOPED_TRACE("request " + std::to_string(b));
+      Problem one = p;
+      one.qo_len = {p.qo_len[b]};
+      one.kv_len = {p.kv_len[b]};
+      Inputs sub;
+      sub.qo_indptr = token_indptr(one.qo_len);
+      sub.kv_indptr = token_indptr(one.kv_len);
+      sub.q = slice_rows(in.q, in.qo_indptr[b], in.qo_indptr[b + 1]);
+      sub.k = slice_rows(in.k, in.kv_indptr[b], in.kv_indptr[b + 1]);
+      sub.v = slice_rows(in.v, in.kv_indptr[b], in.kv_indptr[b + 1]);
+      const Output alone = run_prefill(one, sub, 0);
+      const HostTensor o = slice_rows(all.o, in.qo_indptr[b], in.qo_indptr[b + 1]);
+      const HostTensor lse = slice_rows(all.lse, in.qo_indptr[b], in.qo_indptr[b + 1]);
+      EXPECT_EQ(o.storage(), alone.o.storage());
+      EXPECT_EQ(lse.storage(), alone.lse.storage());
+    }
   }
 }
 
