@@ -9,12 +9,13 @@
 # Usage (on the GPU machine): LOG_DIR=/tmp/W [WIP_HEAD_DIMS="128;256"] [WIP_SWEEP_DIMS="256"] [WIP_ROUNDS=1]
 #   [WIP_SWEEP_FILE=bench/sweeps/x.csv] [WIP_TEST_TIMEOUT=300] [WIP_BENCH_TIMEOUT=300]
 #   [WIP_NO_TESTS="name ..."] [WIP_NO_PORTABLE=1] [WIP_SETTLE_MS=300] [WIP_RACECHECK=gtest-filter]
-#   scripts/wip_check.sh [patch[@sweep.csv[@rounds]] ...]
+#   scripts/wip_check.sh [patch[@sweep.csv[@rounds[@racecheck-filter]]] ...]
 # (WIP_SWEEP_DIMS: the head dims whose sweep rows run, default WIP_HEAD_DIMS; a patch's own
-# @sweep.csv and @rounds override WIP_SWEEP_FILE and WIP_ROUNDS for it, so patches aimed at
-# different rows share one call and one build of main; WIP_NO_TESTS: patches, by name, whose
-# GPU tests already passed unchanged, measured only; WIP_SETTLE_MS: idle ms before each row, so
-# that prefill rows do not inherit the power cap of the rows before them: perf-notes item 153)
+# @sweep.csv, @rounds and @racecheck-filter override WIP_SWEEP_FILE, WIP_ROUNDS and WIP_RACECHECK
+# for it (empty fields keep them), so patches aimed at different rows share one call and one
+# build of main; WIP_NO_TESTS: patches, by name, whose GPU tests already passed unchanged, measured
+# only; WIP_SETTLE_MS: idle ms before each row, so that prefill rows do not inherit the power cap
+# of the rows before them (perf-notes item 153): by default 300 for prefill sweeps, 0 for decode)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,8 +40,9 @@ configure "$main_dir" "$main_dir/build" "$LOG_DIR/main_configure.log" &&
   cmake --build "$main_dir/build" -j "$(nproc)" --target gqattn-bench > "$LOG_DIR/main_build.log" 2>&1 ||
   { echo "main: build failed"; exit 1; }
 for spec in $PATCHES; do
-  IFS=@ read -r patch sweep_file rounds <<< "$spec"
+  IFS=@ read -r patch sweep_file rounds racecheck <<< "$spec"
   sweep_file=${sweep_file:-${WIP_SWEEP_FILE:-}} rounds=${rounds:-${WIP_ROUNDS:-2}}
+  racecheck=${racecheck:-${WIP_RACECHECK:-}}
   name=$(basename "$patch" .patch)
   dir=/tmp/wip-tree-$name logs=$LOG_DIR/$name
   rm -rf "$dir" && mkdir -p "$dir" "$logs"
@@ -70,10 +72,10 @@ for spec in $PATCHES; do
       GQATTN_DISABLE_SM90=1 timeout "$TEST_TIMEOUT" "$T" --gtest_filter='GpuPrefill.*' > "$logs/tests_portable.log" 2>&1 || status=1
     timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool synccheck "$T" --gtest_filter='GpuPrefill.CachedPrefix*' \
       > "$logs/synccheck.log" 2>&1 && echo "synccheck: clean" || { echo "synccheck: errors"; status=1; }
-    # WIP_RACECHECK="GpuDecode.X:GpuDecode.Y": racecheck of the patched build on those tests (~20 s
-    # each for decode's; session 33 ran it by hand after the script).
-    [ -n "${WIP_RACECHECK:-}" ] && { timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool racecheck "$T" \
-      --gtest_filter="$WIP_RACECHECK" > "$logs/racecheck.log" 2>&1 && echo "racecheck: clean" || { echo "racecheck: errors"; status=1; }; }
+    # WIP_RACECHECK="GpuDecode.X:GpuDecode.Y" (or the patch's own @filter): racecheck of the patched
+    # build on those tests (~20 s each for decode's; session 33 ran it by hand after the script).
+    [ -n "$racecheck" ] && { timeout "$TEST_TIMEOUT" compute-sanitizer --error-exitcode 1 --tool racecheck "$T" \
+      --gtest_filter="$racecheck" > "$logs/racecheck.log" 2>&1 && echo "racecheck: clean" || { echo "racecheck: errors"; status=1; }; }
     tail -1 "$logs/tests.log"; tail -1 "$logs/tests_portable.log"
   fi
   # The family whose sweep runs: the sweep file's, else from the patch's name (decode-*,
@@ -97,7 +99,7 @@ for spec in $PATCHES; do
     for who in $order; do
       bin=$([ "$who" = main ] && echo "$main_dir" || echo "$dir")/build/gqattn-bench
       timeout "${WIP_BENCH_TIMEOUT:-300}" "$bin" --device cuda --sweep "$logs/sweep.csv" --iters 20 \
-        --settle-ms "${WIP_SETTLE_MS:-0}" --csv "$logs/${who}_${fam}_$r.csv" \
+        --settle-ms "${WIP_SETTLE_MS:-$([ "$fam" = prefill ] && echo 300 || echo 0)}" --csv "$logs/${who}_${fam}_$r.csv" \
         > "$logs/bench_${who}_$r.log" 2>&1 || status=1
     done
     main_csvs+="${main_csvs:+,}$logs/main_${fam}_$r.csv" ours_csvs+="${ours_csvs:+,}$logs/ours_${fam}_$r.csv"
