@@ -180,7 +180,7 @@ void attend(const Plan& plan, const TensorView& q, const TensorView& o, const Te
     s.logits.resize(size_t(kBlockRows * kv.kv_len));
     for (int64_t r0 = task.row_begin; r0 < task.row_end; r0 += kBlockRows) {
       const int n = static_cast<int>(std::min<int64_t>(kBlockRows, task.row_end - r0));
-      int64_t token[kBlockRows], head[kBlockRows], visible[kBlockRows] = {0, 0, 0, 0}, most = 0;
+      int64_t token[kBlockRows] = {}, head[kBlockRows] = {}, visible[kBlockRows] = {}, most = 0;
       for (int x = 0; x < n; ++x) {
         const int64_t i = (r0 + x) % qo_len;
         token[x] = qo_begin + i;
@@ -194,7 +194,7 @@ void attend(const Plan& plan, const TensorView& q, const TensorView& o, const Te
       // Logits of keys j < most for every row of the block (past a row's own visible keys unused).
       for (int64_t j = 0; j < most; ++j) {
         const double* key = kv.k.data() + j * head_dim;
-        double dot[kBlockRows] = {0.0, 0.0, 0.0, 0.0};
+        double dot[kBlockRows] = {};
         for (int64_t d = 0; d < head_dim; ++d)
           for (int x = 0; x < kBlockRows; ++x) dot[x] += s.q[size_t(x * head_dim + d)] * key[d];
         for (int x = 0; x < kBlockRows; ++x) s.logits[size_t(x * kv.kv_len + j)] = scale * dot[x];
