@@ -199,6 +199,21 @@ inline std::vector<int32_t> token_indptr(const std::vector<int32_t>& kv_len) {
   return indptr;
 }
 
+// The PagedKV over the views of a struct's pools and index tensors (PagedKVHost here, the GPU
+// tests' DevicePagedKV): members k_pages, v_pages, kv_page_indptr, kv_page_indices,
+// kv_last_page_len and layout.
+template <typename Pools>
+PagedKV paged_kv_view(const Pools& p) {
+  PagedKV kv;
+  kv.k_pages = p.k_pages.view();
+  kv.v_pages = p.v_pages.view();
+  kv.layout = p.layout;
+  kv.kv_page_indptr = p.kv_page_indptr.view();
+  kv.kv_page_indices = p.kv_page_indices.view();
+  kv.kv_last_page_len = p.kv_last_page_len.view();
+  return kv;
+}
+
 // A page pool pair with its index tensors, on the host.
 struct PagedKVHost {
   HostTensor k_pages, v_pages;
@@ -206,16 +221,7 @@ struct PagedKVHost {
   KVLayout layout = KVLayout::kNHD;
   PageTable table;
 
-  PagedKV view() const {
-    PagedKV kv;
-    kv.k_pages = k_pages.view();
-    kv.v_pages = v_pages.view();
-    kv.layout = layout;
-    kv.kv_page_indptr = kv_page_indptr.view();
-    kv.kv_page_indices = kv_page_indices.view();
-    kv.kv_last_page_len = kv_last_page_len.view();
-    return kv;
-  }
+  PagedKV view() const { return paged_kv_view(*this); }
 };
 
 inline std::vector<int64_t> pool_shape(KVLayout layout, int64_t num_pages, int64_t num_kv_heads,

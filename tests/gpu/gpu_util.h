@@ -66,16 +66,7 @@ struct DevicePagedKV {
   explicit DevicePagedKV(const PagedKVHost& h)
       : k_pages(h.k_pages), v_pages(h.v_pages), kv_page_indptr(h.kv_page_indptr),
         kv_page_indices(h.kv_page_indices), kv_last_page_len(h.kv_last_page_len), layout(h.layout) {}
-  PagedKV view() const {
-    PagedKV kv;
-    kv.k_pages = k_pages.view();
-    kv.v_pages = v_pages.view();
-    kv.layout = layout;
-    kv.kv_page_indptr = kv_page_indptr.view();
-    kv.kv_page_indices = kv_page_indices.view();
-    kv.kv_last_page_len = kv_last_page_len.view();
-    return kv;
-  }
+  PagedKV view() const { return paged_kv_view(*this); }
 };
 
 struct DeviceWorkspace {
