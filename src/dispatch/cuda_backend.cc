@@ -158,6 +158,7 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
     m.group = p.group;
     m.total_qo = static_cast<int>(plan.total_qo);
     m.batch = plan.batch;
+    m.per_request = FastDivmod(static_cast<uint32_t>(plan.batch > 0 ? std::max<int64_t>(plan.total_qo / plan.batch, 1) : 1));
     m.max_splits = plan.max_splits;
     m.programmatic = plan.merge_programmatic ? 1 : 0;
     kernels::launch_split_merge(plan.dtype, m, stream);

@@ -56,6 +56,7 @@ struct SplitMergeParams {
   FastDivmod group;
   int total_qo = 0;
   int batch = 0;  // the host plan's requests: the first guess of a token's request (locate_split_row)
+  FastDivmod per_request;  // its query tokens a request, max(total_qo / batch, 1): token / it is the guess
   int max_splits = 0;  // the plan's most chunks of one request (host side): picks the block width
   // Launched as a programmatic dependent launch (sm_90+): it may start during the attention
   // kernel's tail and waits for it in the kernel (perf-notes item 80).

@@ -88,8 +88,7 @@ __device__ __forceinline__ RowLookup start_lookup(const SplitMergeParams& p, int
                 "a merge request is read as one vector");
   RowLookup l;
   const int4 h = load_v4_now(p.header);
-  const int per_request = p.batch > 0 ? max(p.total_qo / p.batch, 1) : 1;
-  l.guess = max(min(token / per_request, p.batch - 1), 0);  // < the host plan's batch: inside the buffer
+  l.guess = max(min(static_cast<int>(p.per_request.div(static_cast<uint32_t>(token))), p.batch - 1), 0);  // < the host plan's batch
   const int4 q = load_v4_now(p.requests + l.guess);
   l.batch = h.y;
   l.max_splits = h.w;
