@@ -406,7 +406,9 @@ void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_split
     const Plan plan = decode_plan(in, ws.get(), stream);
     EXPECT_EQ(plan.max_splits > 1, max_num_splits != 1);
     EXPECT_EQ(plan.split, !graph_per_split || plan.max_splits > 1);
-    if (grid_covers_work) EXPECT_GE(plan.num_ctas, plan.num_work);
+    if (grid_covers_work) {
+      EXPECT_GE(plan.num_ctas, plan.num_work);
+    }
     GQ_CUDA_CHECK(cudaMemcpyAsync(d_indptr.view().data, table.kv_page_indptr.data(), (batch + 1) * 4,
                                   cudaMemcpyHostToDevice, stream));
     GQ_CUDA_CHECK(cudaMemcpyAsync(d_indices.view().data, table.kv_page_indices.data(),
