@@ -18,7 +18,9 @@ run() {  # run SETTING ROUND
   local name=${1%%:*} vars=${1#*:} round=$2
   local extra="GQATTN_ENGINE_GEMM_LOG=1" env_vars=() flags=() item
   for item in $(echo "$vars" | tr ',' ' '); do
-    if [[ $item == --* ]]; then flags+=("${item%%=*}" "${item#*=}"); else env_vars+=("$item"); fi
+    if [[ $item == --*=* ]]; then flags+=("${item%%=*}" "${item#*=}")
+    elif [[ $item == --* ]]; then flags+=("$item")
+    else env_vars+=("$item"); fi
   done
   for h in $heads; do
     local log="$out/${name}_kv${h}_$round.log"
