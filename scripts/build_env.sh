@@ -2,7 +2,7 @@
 # Sourced by scripts/run.sh and scripts/test.sh (not a command of its own): configures the CMake
 # build in $GQATTN_BUILD_DIR (default build) with Ninja, passing GQATTN_CUDA, GQATTN_CUDA_ARCHS,
 # GQATTN_HEAD_DIMS, GQATTN_DTYPES and GQATTN_PYTHON to CMake when they are set, and builds with
-# every core.
+# every core. scripts/gpu_check.sh and scripts/clock_probe.sh source it for its GPU helpers.
 
 GQATTN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${GQATTN_BUILD_DIR:-build}"
@@ -31,6 +31,13 @@ gqattn_configure() {
 
 gqattn_build() {
   cmake --build "$BUILD_DIR" -j "$JOBS" "$@"
+}
+
+# The nvidia-smi query fields FIELDS (comma-separated) as this driver names them: drivers older
+# than the clocks_event_reasons.* names call them clocks_throttle_reasons.*.
+gqattn_smi_fields() {
+  if nvidia-smi --query-gpu="$1" --format=csv,noheader >/dev/null 2>&1; then echo "$1"
+  else echo "${1//clocks_event_reasons/clocks_throttle_reasons}"; fi
 }
 
 # True when a CUDA GPU is visible to the driver.

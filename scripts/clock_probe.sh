@@ -9,9 +9,9 @@
 set -uo pipefail
 bench=$1 rows=$2 repeats=$3 settings=$4 log=${5:-${LOG_DIR:-/tmp}/clock_probe}
 mkdir -p "$log"
-fields=clocks.sm,power.draw,clocks_event_reasons.sw_power_cap,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown
-nvidia-smi --query-gpu=$fields --format=csv,noheader > /dev/null 2>&1 ||
-  fields=${fields//clocks_event_reasons/clocks_throttle_reasons}  # older drivers' names
+# shellcheck source=scripts/build_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/build_env.sh"  # gqattn_smi_fields
+fields=$(gqattn_smi_fields clocks.sm,power.draw,clocks_event_reasons.sw_power_cap,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown)
 { head -1 "$rows"; for _ in $(seq "$repeats"); do tail -n +2 "$rows"; done; } > "$log/rows.csv"
 for setting in $settings; do
   iters=${setting%%:*} settle=${setting##*:} name=i${iters}_s${settle}  # no ":" in names ($OUT drops them)

@@ -12,6 +12,8 @@
 # Debian's googletest package: cp -r /usr/src/googletest .deps/) or GQATTN_GTEST_SOURCE_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/build_env.sh
+source scripts/build_env.sh  # gqattn_smi_fields
 LOG_DIR=${LOG_DIR:-/tmp/gqattn-logs}   # $OUT returns at most 8 files: everything is tarred there at the end
 BUILD=${GQATTN_BUILD_DIR:-build-gpu}
 GTEST=${GQATTN_GTEST_SOURCE_DIR:-$PWD/.deps/googletest}
@@ -82,9 +84,8 @@ fi
 # explained session 28's prefill drift (one process's repeats of a 330 us row at 355 .. 315 us):
 # the power cap (perf-notes items 152-153).
 # The fifth column, whether the power cap holds the clock, shows when a compute-bound row ran
-# below the card's top clock (perf-notes item 159); older drivers name it clocks_throttle_reasons.
-cap_field=clocks_event_reasons.sw_power_cap
-nvidia-smi --query-gpu=$cap_field --format=csv,noheader > /dev/null 2>&1 || cap_field=clocks_throttle_reasons.sw_power_cap
+# below the card's top clock (perf-notes item 159).
+cap_field=$(gqattn_smi_fields clocks_event_reasons.sw_power_cap)
 watch_clocks() {  # watch_clocks FILE: sample until the returned pid is killed
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,$cap_field --format=csv,noheader,nounits -lms 250 \
     > "$1" 2>/dev/null &
