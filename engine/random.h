@@ -6,12 +6,7 @@
 #include <cstdint>
 
 #include "prims/counter_random.h"
-
-#if defined(__CUDACC__)
-#define GQ_ENGINE_HD __host__ __device__
-#else
-#define GQ_ENGINE_HD
-#endif
+#include "prims/host_device.h"
 
 namespace gqattn::engine {
 
@@ -22,14 +17,14 @@ using prims::random_bits;
 using prims::uniform01;
 
 // Uniform in [-1, 1) on a grid of 2^-23: exact in float, so the host and the GPU agree bit for bit.
-GQ_ENGINE_HD inline float uniform_pm1(uint64_t bits) {
+GQ_HOST_DEVICE float uniform_pm1(uint64_t bits) {
   return static_cast<float>(static_cast<int32_t>(bits >> 40) - (1 << 23)) * (1.0f / (1 << 23));
 }
 
 // A random weight: uniform with standard deviation `std` (half-width std * sqrt(3)); `half_width`
 // is that product as float, computed once by the caller. One float multiply of exact operands,
 // so it rounds identically everywhere.
-GQ_ENGINE_HD inline float random_weight(uint64_t seed, uint64_t tensor_id, uint64_t index, float half_width) {
+GQ_HOST_DEVICE float random_weight(uint64_t seed, uint64_t tensor_id, uint64_t index, float half_width) {
   return uniform_pm1(random_bits(seed, tensor_id, index)) * half_width;
 }
 

@@ -6,16 +6,12 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GQ_RANDOM_HD __host__ __device__
-#else
-#define GQ_RANDOM_HD
-#endif
+#include "prims/host_device.h"
 
 namespace gqattn::prims {
 
 // splitmix64's finaliser: a bijective 64-bit mix.
-GQ_RANDOM_HD inline uint64_t mix64(uint64_t x) {
+GQ_HOST_DEVICE uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -23,7 +19,7 @@ GQ_RANDOM_HD inline uint64_t mix64(uint64_t x) {
 }
 
 // 64 random bits for element `index` of stream `stream` under `seed`.
-GQ_RANDOM_HD inline uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+GQ_HOST_DEVICE uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(seed ^ mix64(stream)) + index);
 }
 

@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GQ_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define GQ_HOST_DEVICE inline
-#endif
+#include "prims/host_device.h"
 
 namespace gqattn {
 
