@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by scripts/run.sh and scripts/test.sh (not a command of its own): configures the CMake
 # build in $GQATTN_BUILD_DIR (default build) with Ninja, passing GQATTN_CUDA, GQATTN_CUDA_ARCHS,
-# GQATTN_HEAD_DIMS, GQATTN_DTYPES and GQATTN_PYTHON to CMake when they are set, and builds with
+# GQATTN_HEAD_DIMS, GQATTN_DTYPES, GQATTN_PYTHON and GQATTN_SANITIZE to CMake when they are set, and builds with
 # every core. scripts/gpu_check.sh and scripts/clock_probe.sh source it for its GPU helpers.
 
 GQATTN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +16,7 @@ gqattn_configure() {
   [[ -n "${GQATTN_HEAD_DIMS:-}" ]] && args+=("-DGQATTN_HEAD_DIMS=$GQATTN_HEAD_DIMS")
   [[ -n "${GQATTN_DTYPES:-}" ]] && args+=("-DGQATTN_DTYPES=$GQATTN_DTYPES")
   [[ -n "${GQATTN_PYTHON:-}" ]] && args+=("-DGQATTN_PYTHON=$GQATTN_PYTHON")
+  [[ -n "${GQATTN_SANITIZE:-}" ]] && args+=("-DGQATTN_SANITIZE=$GQATTN_SANITIZE")
   # Debian's googletest package ships the sources; build them with our compiler flags.
   if [[ -n "${GQATTN_GTEST_SOURCE_DIR:-}" ]]; then
     args+=("-DGQATTN_GTEST_SOURCE_DIR=$GQATTN_GTEST_SOURCE_DIR")

@@ -3,7 +3,8 @@
 # (label cpu), the CLI checks, and the GPU tests (label gpu, built when CUDA is; each skips
 # with a message when no GPU is present); then pytest over tests/python when the Python
 # extension was built. Extra arguments go to ctest (e.g. -L cpu).
-# Env: GQATTN_BUILD_DIR, GQATTN_CUDA_ARCHS, GQATTN_HEAD_DIMS, GQATTN_DTYPES, GQATTN_PYTHON.
+# Env: GQATTN_BUILD_DIR, GQATTN_CUDA_ARCHS, GQATTN_HEAD_DIMS, GQATTN_DTYPES, GQATTN_PYTHON,
+# GQATTN_SANITIZE (e.g. address,undefined: the host code under the sanitizers).
 set -euo pipefail
 # shellcheck source=scripts/build_env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/build_env.sh"
