@@ -804,12 +804,12 @@ TEST(GpuPrefill, EveryHeadDimAndDtypeBuilt) {
 
 // On an sm_90 device with sm_90a code built, prefill-sized work runs on the wgmma kernel, so the
 // prefill tests above exercise it (gpu_check.sh runs them again with GQATTN_DISABLE_SM90=1 for
-// the portable kernel).
+// the portable kernel). select_kernel's rules for sm_90 need no device: this test runs wherever
+// sm_90a code is built (CI too).
 TEST(GpuPrefill, HopperPathSelectedOnSm90) {
-  GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
-  if (device_sms().arch != 90 || !built) GTEST_SKIP() << "not an sm_90 device with sm_90a code built";
+  if (!built) GTEST_SKIP() << "sm_90a code is not built";
   const dispatch::KernelChoice c = dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90);
   if (dispatch::sm90_disabled()) {
     EXPECT_EQ(c.family, kernels::Family::kPrefill);
