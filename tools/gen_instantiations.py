@@ -3,8 +3,10 @@
 
 The VARIANTS table below is the single list of variants; CMake (cmake/instantiations.cmake) keeps
 the files whose dtype and head_dim the build options select. Run after editing the table:
-    python3 tools/gen_instantiations.py
+    python3 tools/gen_instantiations.py [--out DIR]
+(--out: write there instead of src/instantiations; scripts/check_generated.sh compares the two.)
 """
+import sys
 from itertools import product
 from pathlib import Path
 
@@ -32,8 +34,12 @@ SM90_WIDE_LINE = "GQATTN_SM90_PREFILL(gqattn::DType::{dtype}, {head_dim}, Prefil
 SM90_WIDE_HEAD_DIM = 64
 
 
-def main() -> None:
+def main(argv: list) -> None:
     out = Path(__file__).resolve().parent.parent / "src" / "instantiations"
+    if argv[:1] == ["--out"] and len(argv) == 2:
+        out = Path(argv[1])
+    elif argv:
+        sys.exit("usage: gen_instantiations.py [--out DIR]")
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("attention_*.cu"):
         old.unlink()
@@ -49,4 +55,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -2,8 +2,10 @@
 """Writes src/prims/wgmma_ops.cuh: the wgmma.mma_async m64nNk16 instructions (fp32 accumulators,
 16-bit inputs) as typed wrappers. Inline asm needs every accumulator register spelled out, so they
 are generated rather than written by hand. Run after editing N_VALUES:
-    python3 tools/gen_wgmma.py
+    python3 tools/gen_wgmma.py [--out FILE]
+(--out: write FILE instead of src/prims/wgmma_ops.cuh; scripts/check_generated.sh compares the two.)
 """
+import sys
 from pathlib import Path
 
 N_VALUES = [64, 128, 256]
@@ -59,16 +61,20 @@ struct Wgmma<{ctype}, {n}> {{
 """
 
 
-def main() -> None:
+def main(argv: list) -> None:
     text = HEADER
     for ctype, ptype in TYPES.items():
         for n in N_VALUES:
             text += struct(ctype, ptype, n)
     text += "\n}  // namespace gqattn::prims::sm90\n"
     out = Path(__file__).resolve().parent.parent / "src" / "prims" / "wgmma_ops.cuh"
+    if argv[:1] == ["--out"] and len(argv) == 2:
+        out = Path(argv[1])
+    elif argv:
+        sys.exit("usage: gen_wgmma.py [--out FILE]")
     out.write_text(text)
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
