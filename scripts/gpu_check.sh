@@ -7,7 +7,9 @@
 # Env: GQ_COMMIT (the commit the reports name; the device's copy of .git can lag the working tree),
 #      BENCH_FAMILIES (decode prefill), BENCH_ITERS, PEERS (peers.py --peers list), SKIP_PEERS=1,
 #      BENCH_SETTLE_MS (idle ms before each prefill row, ours and the peers'; default 300, 0: none),
-#      E2E_RUNS (default: all nine: gqattn, expand and --kv-pool-gib 55 at 32, 8 and 1 KV heads).
+#      E2E_RUNS (default: all nine: gqattn, expand and --kv-pool-gib 55 at 32, 8 and 1 KV heads),
+#      CTEST_TIMEOUT (seconds a test may run, default 300; lower it where a new kernel may hang),
+#      SAN_TIMEOUT (seconds each compute-sanitizer tool may run, default 400).
 # Needs CUDA, CMake, ninja, python3 with torch; GoogleTest sources in .deps/googletest (copied from
 # Debian's googletest package: cp -r /usr/src/googletest .deps/) or GQATTN_GTEST_SOURCE_DIR.
 set -uo pipefail
@@ -38,7 +40,7 @@ fi
 
 if has test; then
   step test
-  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 300 > "$LOG_DIR/ctest.log" 2>&1 || status=1
+  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" > "$LOG_DIR/ctest.log" 2>&1 || status=1
   tail -25 "$LOG_DIR/ctest.log"
   # The prefill tests once more on the portable (mma.sync) kernel, which Hopper otherwise skips.
   GQATTN_DISABLE_SM90=1 timeout 300 "$BUILD/tests/gqattn_gpu_tests" --gtest_filter='GpuPrefill.*' \
@@ -69,7 +71,7 @@ fi
 
 if has sanitize; then
   step sanitize
-  SAN="compute-sanitizer --error-exitcode 1"
+  SAN="timeout ${SAN_TIMEOUT:-400} compute-sanitizer --error-exitcode 1"
   T="$BUILD/tests/gqattn_gpu_tests"
   $SAN --tool memcheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuDecode.EveryHeadDim*:GpuDecode.WideRowsWithARequestForEverySm:GpuPrefill.EveryHeadDim*:GpuAppendKV.*:GpuMergeStates.*' \
     > "$LOG_DIR/memcheck.log" 2>&1 && echo "memcheck: clean" || { status=1; tail -30 "$LOG_DIR/memcheck.log"; }
