@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The standing device plan (docs/perf-notes.md, "Left for the next session"), one step a device
+# call, so that a session with a GPU runs each step as one short command:
+#   run: scripts/device_plan.sh STEP      (carry .deps: mkdir -p .deps && cp -r /usr/src/googletest .deps/)
+# Each step tars its logs into $OUT/STEP.tgz (after every stage, so a time-out keeps what finished)
+# and names the commit $GQ_COMMIT (default: git rev-parse --short HEAD, where .git came along).
+# Steps, in the plan's order (device seconds estimated):
+#   h1    items 195 + 197 (wip/head-dims-80-96-112 + wip/sm90-head-dims-80-96-112) in a copy of
+#         the tree, /tmp/dp-heads: build (hd 80 / 96 / 112 / 128, bf16 + fp16), every test with
+#         CTEST_TIMEOUT=150 (a wrong expect_tx count would hang the sm90 kernel), the prefill tests
+#         again on the portable kernel, the sanitizers (~470 s). The per-test times of tests.log
+#         also check items 190 and 193 (session 33: SplitMergeEveryKernel 16.7 s, OddLengths 9.9 s).
+#   h2    the same tree (rebuilt where the machine was released): the head-dims sweep with peers
+#         (bench/sweeps/head_dims) and the A/B of the Hopper and the portable prefill there (~330 s)
+#   w187  wip_check.sh of item 187 (decode-warp-private-kv) at hd 128 / 64 / 256 with racecheck (~400 s)
+#   w189  wip_check.sh of items 189 + 192 (sm90-skip-masked-tiles, sm90-hd256-staged-o) at hd256 (~400 s)
+#   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
+#         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
+#   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land}
+OUT=${OUT:-/tmp/dp-out}
+mkdir -p "$OUT"
+if [[ -z "${GQ_COMMIT:-}" ]]; then GQ_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown); fi
+export GQ_COMMIT
+[[ -d .deps/googletest ]] || echo "device_plan: no .deps/googletest (carry it): the builds will look for GTest"
+L=/tmp/dp-logs-$step
+rm -rf "$L" && mkdir -p "$L"
+save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.tgz.part" "$OUT/$step.tgz"; }
+# Every 45 s as well, so that a call stopped at its time limit still returns the logs so far.
+( while sleep 45; do save; done ) &
+saver=$!
+trap 'kill $saver 2>/dev/null; save' EXIT
+
+# A copy of this tree with wip patches applied (kept between calls while the machine stays warm).
+tree_with() {  # tree_with DIR PATCH...
+  local dir=$1; shift
+  if [[ -f "$dir/.dp-applied" && "$(cat "$dir/.dp-applied")" == "$*" ]]; then
+    echo "device_plan: $dir kept from an earlier call ($*)"
+    return 0
+  fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  tar cf - --exclude=./build* --exclude=./.git . | tar xf - -C "$dir"
+  local p
+  for p in "$@"; do
+    (cd "$dir" && patch -p1 < "$ROOT/$p" > /dev/null) || { echo "device_plan: $p does not apply"; return 1; }
+  done
+  echo "$*" > "$dir/.dp-applied"
+}
+
+HEADS_PATCHES="wip/head-dims-80-96-112.patch wip/sm90-head-dims-80-96-112.patch"
+heads_env=(GQATTN_HEAD_DIMS="80;96;112;128" GQATTN_DTYPES="bf16;fp16")
+case $step in
+  h1)
+    rm -rf /tmp/dp-heads
+    # shellcheck disable=SC2086
+    tree_with /tmp/dp-heads $HEADS_PATCHES || exit 1
+    (cd /tmp/dp-heads && env "${heads_env[@]}" CTEST_TIMEOUT=150 LOG_DIR="$L" scripts/gpu_check.sh build test sanitize)
+    ;;
+  h2)
+    # shellcheck disable=SC2086
+    tree_with /tmp/dp-heads $HEADS_PATCHES || exit 1
+    (cd /tmp/dp-heads && env "${heads_env[@]}" BENCH_SWEEP_DIR=bench/sweeps/head_dims LOG_DIR="$L" \
+      scripts/gpu_check.sh build bench)
+    (cd /tmp/dp-heads && AB_ARGS="--settle-ms 300" scripts/ab_sweep.sh build-gpu bench/sweeps/head_dims/prefill.csv \
+      "$L/ab" "sm90:" "portable:GQATTN_DISABLE_SM90=1" &&
+      python3 bench/compare.py "$L/ab/sm90.csv" "$L/ab/portable.csv" > "$L/ab/compare.txt" 2>&1; tail -20 "$L/ab/compare.txt")
+    ;;
+  w187)
+    LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh \
+      "wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@2@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily"
+    ;;
+  w189)
+    LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh \
+      "wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@2@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256" \
+      "wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.EveryHeadDimAndDtypeBuilt"
+    ;;
+  e188)
+    tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
+    (cd /tmp/dp-e188 && LOG_DIR="$L" scripts/gpu_check.sh build &&
+      ctest --test-dir build-gpu -R "GpuEngine|GpuTinyModel" --output-on-failure > "$L/engine_tests.log" 2>&1;
+      tail -5 "$L/engine_tests.log")
+    (cd /tmp/dp-e188 && E2E_HEADS="32 1" E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab" \
+      "warm:" "cold:GQATTN_DISABLE_ENGINE_WARMUP=1" "p64:--page-size=64"; cat "$L/ab/summary.txt")
+    ;;
+  land)
+    LOG_DIR=$L scripts/final_gpu_run.sh land
+    ;;
+  *)
+    echo "device_plan: unknown step '$step' (h1, h2, w187, w189, e188, land)"
+    exit 2
+    ;;
+esac
