@@ -17,10 +17,62 @@
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
+#   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
+#         on the patch below them), and every sweep and GPU test the steps name exists, so a change
+#         to main that breaks a planned call fails in CI, not on the device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land}
+step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land|check}
+# The patches each step applies (the later on top of the earlier), and what its commands name.
+HEADS_PATCHES="wip/head-dims-80-96-112.patch wip/sm90-head-dims-80-96-112.patch"
+STACKS=("$HEADS_PATCHES" "wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
+W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@2@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
+W189=("wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@2@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256"
+      "wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.EveryHeadDimAndDtypeBuilt")
+
+if [[ $step == check ]]; then
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  status=0
+  copy() { rm -rf "$tmp/t" && mkdir "$tmp/t" && tar cf - --exclude=./build* --exclude=./.git --exclude=./.deps . | tar xf - -C "$tmp/t"; }
+  apply_all() {  # apply_all PATCH...: in order, on a fresh copy
+    copy
+    local p
+    for p in "$@"; do
+      (cd "$tmp/t" && git apply "$ROOT/$p" > "$tmp/apply.log" 2>&1) ||
+        { echo "device_plan check: $p does not apply${2:+ (stack: $*)}"; head -5 "$tmp/apply.log"; status=1; return 1; }
+    done
+  }
+  stacked=" "
+  for s in "${STACKS[@]}"; do
+    # shellcheck disable=SC2086
+    apply_all $s && echo "device_plan check: applies: $s"
+    stacked+="${s##* } "
+  done
+  for p in wip/*.patch; do
+    [[ "$stacked" == *" $p "* ]] && continue
+    apply_all "$p" && echo "device_plan check: applies: $p"
+  done
+  for spec in "${W187[@]}" "${W189[@]}"; do  # patch@sweep@rounds@gtest-filter
+    IFS=@ read -r patch sweep _ filter <<< "$spec"
+    [[ -f $sweep ]] || { echo "device_plan check: $sweep (for $patch) is missing"; status=1; }
+    apply_all "$patch" || continue
+    for t in ${filter//:/ }; do
+      grep -rqE "TEST(_P)?\(${t%%.*}, ${t#*.}\)" "$tmp/t/tests" ||
+        { echo "device_plan check: no GPU test $t (for $patch)"; status=1; }
+    done
+  done
+  for f in bench/sweeps/ab/decode_warp_private.csv bench/sweeps/ab/prefill_causal_hd256.csv; do
+    [[ -f $f ]] || { echo "device_plan check: $f is missing"; status=1; }
+  done
+  # shellcheck disable=SC2086
+  apply_all $HEADS_PATCHES && for f in bench/sweeps/head_dims/decode.csv bench/sweeps/head_dims/prefill.csv; do
+    [[ -f "$tmp/t/$f" ]] || { echo "device_plan check: $f (items 195 + 197) is missing"; status=1; }
+  done
+  [[ $status == 0 ]] && echo "device_plan check: every planned call's patches, sweeps and tests are there"
+  exit $status
+fi
+
 OUT=${OUT:-/tmp/dp-out}
 mkdir -p "$OUT"
 if [[ -z "${GQ_COMMIT:-}" ]]; then GQ_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown); fi
@@ -50,7 +102,6 @@ tree_with() {  # tree_with DIR PATCH...
   echo "$*" > "$dir/.dp-applied"
 }
 
-HEADS_PATCHES="wip/head-dims-80-96-112.patch wip/sm90-head-dims-80-96-112.patch"
 heads_env=(GQATTN_HEAD_DIMS="80;96;112;128" GQATTN_DTYPES="bf16;fp16")
 case $step in
   h1)
@@ -69,13 +120,10 @@ case $step in
       python3 bench/compare.py "$L/ab/sm90.csv" "$L/ab/portable.csv" > "$L/ab/compare.txt" 2>&1; tail -20 "$L/ab/compare.txt")
     ;;
   w187)
-    LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh \
-      "wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@2@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily"
+    LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh "${W187[@]}"
     ;;
   w189)
-    LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh \
-      "wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@2@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256" \
-      "wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.EveryHeadDimAndDtypeBuilt"
+    LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W189[@]}"
     ;;
   e188)
     tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
@@ -89,7 +137,7 @@ case $step in
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
   *)
-    echo "device_plan: unknown step '$step' (h1, h2, w187, w189, e188, land)"
+    echo "device_plan: unknown step '$step' (h1, h2, w187, w189, e188, land, check)"
     exit 2
     ;;
 esac
