@@ -35,6 +35,7 @@ cmake -S examples -B "$tmp/find" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -D
   -DCMAKE_PREFIX_PATH="$tmp/prefix" "${flags[@]}" > "$tmp/find.log" 2>&1 || { cat "$tmp/find.log"; exit 1; }
 cmake --build "$tmp/find" > "$tmp/find_build.log" 2>&1 || { cat "$tmp/find_build.log"; exit 1; }
 "$tmp/find/decode_paged"
+"$tmp/find/prefill_chunked"
 
 echo "check_install: a consumer project that add_subdirectory()s the source tree (CPU-only)"
 mkdir "$tmp/consumer"
