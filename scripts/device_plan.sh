@@ -17,13 +17,16 @@
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
+#   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
+#         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
+#         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists, so a change
 #         to main that breaks a planned call fails in CI, not on the device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land|check}
+step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 HEADS_PATCHES="wip/head-dims-80-96-112.patch wip/sm90-head-dims-80-96-112.patch"
 STACKS=("$HEADS_PATCHES" "wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
@@ -136,8 +139,12 @@ case $step in
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
+  flexd|flexp)
+    fam=$([ "$step" = flexd ] && echo decode || echo prefill)
+    BENCH_FAMILIES=$fam PEERS=flex,sdpa_cudnn LOG_DIR=$L scripts/gpu_check.sh build bench
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (h1, h2, w187, w189, e188, land, check)"
+    echo "device_plan: unknown step '$step' (h1, h2, w187, w189, e188, land, flexd, flexp, check)"
     exit 2
     ;;
 esac
