@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "example_util.h"
 #include "gqattn/attention.h"
 #include "gqattn/error.h"
 
@@ -21,12 +22,9 @@ namespace {
 
 constexpr int kQoHeads = 8, kKvHeads = 2, kHeadDim = 64, kPageSize = 16, kNumPages = 8;
 
-gqattn::TensorView ints(std::vector<int32_t>& v) {
-  return gqattn::TensorView::contiguous(v.data(), {static_cast<int64_t>(v.size())}, gqattn::DType::kInt32);
-}
-
 int run() {
   using namespace gqattn;
+  using example::ints;
   // Two requests with 37 and 5 tokens of context (the newest token's K/V included), their pages
   // listed in a block table as vLLM keeps them; the library takes the CSR form.
   BlockTable table;
@@ -35,18 +33,10 @@ int run() {
   table.pages = {4, 1, 6,   // request 0: pages 4, 1, 6 (16 + 16 + 5 tokens)
                  2, 0, 0};  // request 1: page 2 (5 tokens); the rest of the row is unused
   table.kv_len = {37, 5};
-  PageTableCSR csr = block_table_to_csr(table, kPageSize);
-
-  // The pools: NHD [pages, page_size, kv_heads, head_dim].
-  const int64_t pool_elems = int64_t(kNumPages) * kPageSize * kKvHeads * kHeadDim;
-  std::vector<float> k_pool(pool_elems, 0.f), v_pool(pool_elems, 0.f);
-  PagedKV kv;
-  kv.k_pages = TensorView::contiguous(k_pool.data(), {kNumPages, kPageSize, kKvHeads, kHeadDim}, DType::kFP32);
-  kv.v_pages = TensorView::contiguous(v_pool.data(), {kNumPages, kPageSize, kKvHeads, kHeadDim}, DType::kFP32);
-  kv.layout = KVLayout::kNHD;
-  kv.kv_page_indptr = ints(csr.kv_page_indptr);
-  kv.kv_page_indices = ints(csr.kv_page_indices);
-  kv.kv_last_page_len = ints(csr.kv_last_page_len);
+  // The pools (NHD [pages, page_size, kv_heads, head_dim]) and the table's CSR form, as a PagedKV:
+  // example_util.h.
+  example::HostPagedKV cache(table, kPageSize, kNumPages, kKvHeads, kHeadDim);
+  const PagedKV kv = cache.view();
 
   // Every context token's K/V, written into its page slot (a prefill and the earlier decode steps
   // would have done this token by token).
@@ -67,16 +57,9 @@ int run() {
             ints(positions));
 
   // One query token a request: plan once for the step (host lengths only), then run.
-  PlanInputs in;
-  in.device = Device::kCPU;
-  in.dtype = DType::kFP32;
-  in.num_qo_heads = kQoHeads;
-  in.num_kv_heads = kKvHeads;
-  in.head_dim = kHeadDim;
-  in.page_size = kPageSize;
+  // plan_inputs: device, dtype, heads, head_dim, page size and the CSR table's host vectors.
+  PlanInputs in = cache.plan_inputs(kQoHeads);
   in.qo_len = 1;
-  in.kv_indptr = csr.kv_page_indptr;
-  in.kv_last_page_len = csr.kv_last_page_len;
   const Plan plan = decode_plan(in, Workspace{});
 
   std::vector<float> q(size_t(table.batch) * kQoHeads * kHeadDim), o(q.size(), NAN);
@@ -92,28 +75,13 @@ int run() {
   double max_err = 0;
   for (int b = 0, first = 0; b < table.batch; first += table.kv_len[b], ++b)
     for (int h = 0; h < kQoHeads; ++h) {
-      const int kvh = h / (kQoHeads / kKvHeads);
-      const float* qh = &q[(size_t(b) * kQoHeads + h) * kHeadDim];
-      std::vector<double> score(table.kv_len[b]);
-      double max_score = -INFINITY, sum = 0;
-      for (int j = 0; j < table.kv_len[b]; ++j) {
-        const float* kj = &k_new[(size_t(first + j) * kKvHeads + kvh) * kHeadDim];
-        double dot = 0;
-        for (int d = 0; d < kHeadDim; ++d) dot += double(qh[d]) * kj[d];
-        score[j] = dot / std::sqrt(double(kHeadDim));
-        max_score = std::max(max_score, score[j]);
-      }
-      for (double& s : score) sum += (s = std::exp(s - max_score));
-      for (int d = 0; d < kHeadDim; ++d) {
-        double ref = 0;
-        for (int j = 0; j < table.kv_len[b]; ++j)
-          ref += score[j] / sum * v_new[(size_t(first + j) * kKvHeads + kvh) * kHeadDim + d];
-        max_err = std::max(max_err, std::abs(ref - o[(size_t(b) * kQoHeads + h) * kHeadDim + d]));
-      }
+      const size_t row = (size_t(b) * kQoHeads + h) * kHeadDim, dense = size_t(first) * kKvHeads * kHeadDim;
+      const example::Reference ref = example::reference(&q[row], &k_new[dense], &v_new[dense], table.kv_len[b],
+                                                        kKvHeads, h / (kQoHeads / kKvHeads), kHeadDim);
+      for (int d = 0; d < kHeadDim; ++d) max_err = std::max(max_err, std::abs(ref.o[d] - o[row + d]));
     }
   std::printf("decode: %d requests, %d query heads over %d K/V heads, head_dim %d, page size %d\n", table.batch,
               kQoHeads, kKvHeads, kHeadDim, kPageSize);
-  std::printf("max |gqattn - float64 reference| = %.3g\n", max_err);
 
   // A bad argument throws gqattn::Error naming it, before anything is written.
   PlanInputs bad = in;
@@ -125,21 +93,9 @@ int run() {
   } catch (const Error& e) {
     std::printf("rejected as expected: %s\n", e.what());
   }
-  if (!(max_err < 1e-5)) {
-    std::printf("error: the result differs from the reference\n");
-    return 1;
-  }
-  std::printf("ok\n");
-  return 0;
+  return example::finish(max_err);
 }
 
 }  // namespace
 
-int main() {
-  try {
-    return run();
-  } catch (const gqattn::Error& e) {
-    std::fprintf(stderr, "gqattn error: %s\n", e.what());
-    return 1;
-  }
-}
+int main() { return example::guarded_main(run); }

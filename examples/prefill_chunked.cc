@@ -15,19 +15,16 @@
 #include <random>
 #include <vector>
 
+#include "example_util.h"
 #include "gqattn/attention.h"
-#include "gqattn/error.h"
 
 namespace {
 
 constexpr int kQoHeads = 6, kKvHeads = 2, kHeadDim = 64, kPageSize = 16, kNumPages = 6;
 
-gqattn::TensorView ints(std::vector<int32_t>& v) {
-  return gqattn::TensorView::contiguous(v.data(), {static_cast<int64_t>(v.size())}, gqattn::DType::kInt32);
-}
-
 int run() {
   using namespace gqattn;
+  using example::ints;
   const std::vector<int> cached = {40, 0}, fresh = {24, 10};  // tokens already in pages, new tokens
   const int batch = 2;
   // Pages for every request's whole KV after this chunk: 64 tokens (4 pages) and 10 (1 page).
@@ -37,16 +34,8 @@ int run() {
   table.pages = {3, 0, 5, 1,   // request 0
                  4, 0, 0, 0};  // request 1
   table.kv_len = {cached[0] + fresh[0], cached[1] + fresh[1]};
-  PageTableCSR csr = block_table_to_csr(table, kPageSize);
-
-  const int64_t pool_elems = int64_t(kNumPages) * kPageSize * kKvHeads * kHeadDim;
-  std::vector<float> k_pool(pool_elems, 0.f), v_pool(pool_elems, 0.f);
-  PagedKV kv;
-  kv.k_pages = TensorView::contiguous(k_pool.data(), {kNumPages, kPageSize, kKvHeads, kHeadDim}, DType::kFP32);
-  kv.v_pages = TensorView::contiguous(v_pool.data(), {kNumPages, kPageSize, kKvHeads, kHeadDim}, DType::kFP32);
-  kv.kv_page_indptr = ints(csr.kv_page_indptr);
-  kv.kv_page_indices = ints(csr.kv_page_indices);
-  kv.kv_last_page_len = ints(csr.kv_last_page_len);
+  example::HostPagedKV cache(table, kPageSize, kNumPages, kKvHeads, kHeadDim);  // NHD pools + CSR
+  const PagedKV kv = cache.view();
 
   // Every token's K/V (the prefix's were written by earlier steps; here all at once), by request.
   std::mt19937 rng(7);
@@ -73,17 +62,9 @@ int run() {
 
   // The chunk's queries: request b's new tokens are rows qo_indptr[b] .. qo_indptr[b + 1].
   std::vector<int32_t> qo_indptr = {0, fresh[0], fresh[0] + fresh[1]};
-  PlanInputs in;
-  in.device = Device::kCPU;
-  in.dtype = DType::kFP32;
-  in.num_qo_heads = kQoHeads;
-  in.num_kv_heads = kKvHeads;
-  in.head_dim = kHeadDim;
-  in.page_size = kPageSize;
+  PlanInputs in = cache.plan_inputs(kQoHeads);
   in.causal = true;
   in.qo_indptr = qo_indptr;
-  in.kv_indptr = csr.kv_page_indptr;
-  in.kv_last_page_len = csr.kv_last_page_len;
   const Plan plan = prefill_plan(in, Workspace{});
 
   const int total_qo = qo_indptr.back();
@@ -103,42 +84,17 @@ int run() {
   for (int b = 0; b < batch; ++b)
     for (int i = 0; i < fresh[b]; ++i)
       for (int h = 0; h < kQoHeads; ++h) {
-        const int row = qo_indptr[b] + i, kvh = h / (kQoHeads / kKvHeads), visible = cached[b] + i + 1;
-        const float* qh = &q[(size_t(row) * kQoHeads + h) * kHeadDim];
-        std::vector<double> score(visible);
-        double max_score = -INFINITY, sum = 0;
-        for (int j = 0; j < visible; ++j) {
-          double dot = 0;
-          for (int d = 0; d < kHeadDim; ++d) dot += double(qh[d]) * k[b][(size_t(j) * kKvHeads + kvh) * kHeadDim + d];
-          score[j] = dot / std::sqrt(double(kHeadDim));
-          max_score = std::max(max_score, score[j]);
-        }
-        for (double& s : score) sum += (s = std::exp(s - max_score));
-        max_err = std::max(max_err, std::abs(max_score + std::log(sum) - lse[size_t(row) * kQoHeads + h]));
-        for (int d = 0; d < kHeadDim; ++d) {
-          double ref = 0;
-          for (int j = 0; j < visible; ++j) ref += score[j] / sum * v[b][(size_t(j) * kKvHeads + kvh) * kHeadDim + d];
-          max_err = std::max(max_err, std::abs(ref - o[(size_t(row) * kQoHeads + h) * kHeadDim + d]));
-        }
+        const size_t row = size_t(qo_indptr[b] + i) * kQoHeads + h;
+        const example::Reference ref = example::reference(&q[row * kHeadDim], k[b].data(), v[b].data(),
+                                                          cached[b] + i + 1, kKvHeads, h / (kQoHeads / kKvHeads), kHeadDim);
+        max_err = std::max(max_err, std::abs(ref.lse - lse[row]));
+        for (int d = 0; d < kHeadDim; ++d) max_err = std::max(max_err, std::abs(ref.o[d] - o[row * kHeadDim + d]));
       }
-  std::printf("chunked prefill: %d + %d new tokens over %d + %d cached, %d query heads over %d K/V heads\n", fresh[0],
-              fresh[1], cached[0], cached[1], kQoHeads, kKvHeads);
-  std::printf("max |gqattn - float64 reference| (o and lse) = %.3g\n", max_err);
-  if (!(max_err < 1e-5)) {
-    std::printf("error: the result differs from the reference\n");
-    return 1;
-  }
-  std::printf("ok\n");
-  return 0;
+  std::printf("chunked prefill: %d + %d new tokens over %d + %d cached, %d query heads over %d K/V heads (o and lse)\n",
+              fresh[0], fresh[1], cached[0], cached[1], kQoHeads, kKvHeads);
+  return example::finish(max_err);
 }
 
 }  // namespace
 
-int main() {
-  try {
-    return run();
-  } catch (const gqattn::Error& e) {
-    std::fprintf(stderr, "gqattn error: %s\n", e.what());
-    return 1;
-  }
-}
+int main() { return example::guarded_main(run); }
