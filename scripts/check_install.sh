@@ -36,6 +36,10 @@ cmake -S examples -B "$tmp/find" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -D
 cmake --build "$tmp/find" > "$tmp/find_build.log" 2>&1 || { cat "$tmp/find_build.log"; exit 1; }
 "$tmp/find/decode_paged"
 "$tmp/find/prefill_chunked"
+if [[ -x "$tmp/find/decode_paged_cuda" ]]; then  # a CUDA build's package: 77 where no GPU is present
+  rc=0; "$tmp/find/decode_paged_cuda" || rc=$?
+  [[ $rc == 0 || $rc == 77 ]] || exit 1
+fi
 
 echo "check_install: a consumer project that add_subdirectory()s the source tree (CPU-only)"
 mkdir "$tmp/consumer"
