@@ -43,7 +43,8 @@ if [[ $step == check ]]; then
     local p
     for p in "$@"; do
       (cd "$tmp/t" && git apply "$ROOT/$p" > "$tmp/apply.log" 2>&1) ||
-        { echo "device_plan check: $p does not apply${2:+ (stack: $*)}"; head -5 "$tmp/apply.log"; status=1; return 1; }
+        { echo "device_plan check: $p does not apply${2:+ (stack: $*)}: scripts/regen_wip.sh $* rewrites it onto HEAD"
+          head -5 "$tmp/apply.log"; status=1; return 1; }
     done
   }
   stacked=" "
