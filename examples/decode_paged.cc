@@ -78,7 +78,7 @@ int run() {
       const size_t row = (size_t(b) * kQoHeads + h) * kHeadDim, dense = size_t(first) * kKvHeads * kHeadDim;
       const example::Reference ref = example::reference(&q[row], &k_new[dense], &v_new[dense], table.kv_len[b],
                                                         kKvHeads, h / (kQoHeads / kKvHeads), kHeadDim);
-      for (int d = 0; d < kHeadDim; ++d) max_err = std::max(max_err, std::abs(ref.o[d] - o[row + d]));
+      for (int d = 0; d < kHeadDim; ++d) example::worst(max_err, std::abs(ref.o[d] - o[row + d]));
     }
   std::printf("decode: %d requests, %d query heads over %d K/V heads, head_dim %d, page size %d\n", table.batch,
               kQoHeads, kKvHeads, kHeadDim, kPageSize);

@@ -119,6 +119,8 @@ int run() {
   in.device = gpu;
   in.dtype = DType::kBF16;
   const Plan plan = decode_plan(in, Workspace{workspace.ptr, kRecommendedWorkspaceBytes}, stream);
+  // o poisoned (0xFFFF is a bf16 NaN): a row the kernel does not write fails the check.
+  check(cudaMemsetAsync(o.ptr, 0xFF, q_bits.size() * 2, stream), "cudaMemsetAsync");
   DecodeArgs args;
   args.q = view(q.ptr, {table.batch, kQoHeads, kHeadDim}, DType::kBF16);
   args.kv = kv;
@@ -130,7 +132,9 @@ int run() {
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 
-  // bf16 output: the reference's difference is bounded by bf16 rounding of o and of P (~1e-2).
+  // Against float64 over the same bf16 inputs, two roundings remain: P to bf16 for the P V product
+  // (each p_j within 2^-9 of itself, |v| <= 1: at most 2^-9 in o) and o to bf16 (|o| <= 1: 2^-9),
+  // so |error| <= 0.004; 0.008 leaves a margin and still fails a dropped key (~0.017 here).
   double max_err = 0;
   for (int b = 0, first = 0; b < table.batch; first += table.kv_len[b], ++b)
     for (int h = 0; h < kQoHeads; ++h) {
@@ -138,13 +142,12 @@ int run() {
       const example::Reference ref =
           example::reference(&q_ref[row], k_ref.data() + dense, v_ref.data() + dense, table.kv_len[b], kKvHeads,
                              h / (kQoHeads / kKvHeads), kHeadDim);
-      for (int d = 0; d < kHeadDim; ++d)
-        max_err = std::max(max_err, std::abs(ref.o[d] - from_bf16(o_bits[row + d])));
+      for (int d = 0; d < kHeadDim; ++d) example::worst(max_err, std::abs(ref.o[d] - from_bf16(o_bits[row + d])));
     }
   std::printf("decode on the GPU (bf16): %d requests (kv_len 123, 0, 33), %d query heads over %d K/V heads, "
               "head_dim %d, page size %d\n",
               table.batch, kQoHeads, kKvHeads, kHeadDim, kPageSize);
-  return example::finish(max_err, 2e-2);
+  return example::finish(max_err, 8e-3);
 }
 
 }  // namespace

@@ -89,6 +89,12 @@ inline Reference reference(const float* q, const float* k, const float* v, int v
   return r;
 }
 
+// Keeps the largest difference seen; a NaN (an output never written) sticks and fails finish().
+inline void worst(double& max_err, double e) {
+  if (std::isnan(max_err)) return;
+  if (!(e <= max_err)) max_err = e;
+}
+
 // Prints the largest difference from the reference; 0 where it is below `tolerance` (fp32
 // rounding by default).
 inline int finish(double max_err, double tolerance = 1e-5) {

@@ -87,8 +87,8 @@ int run() {
         const size_t row = size_t(qo_indptr[b] + i) * kQoHeads + h;
         const example::Reference ref = example::reference(&q[row * kHeadDim], k[b].data(), v[b].data(),
                                                           cached[b] + i + 1, kKvHeads, h / (kQoHeads / kKvHeads), kHeadDim);
-        max_err = std::max(max_err, std::abs(ref.lse - lse[row]));
-        for (int d = 0; d < kHeadDim; ++d) max_err = std::max(max_err, std::abs(ref.o[d] - o[row * kHeadDim + d]));
+        example::worst(max_err, std::abs(ref.lse - lse[row]));
+        for (int d = 0; d < kHeadDim; ++d) example::worst(max_err, std::abs(ref.o[d] - o[row * kHeadDim + d]));
       }
   std::printf("chunked prefill: %d + %d new tokens over %d + %d cached, %d query heads over %d K/V heads (o and lse)\n",
               fresh[0], fresh[1], cached[0], cached[1], kQoHeads, kKvHeads);

@@ -4,35 +4,37 @@
 #     lib/cmake/gqattn), then examples/ configured on its own against that prefix, built and run;
 #  2. add_subdirectory: a consumer project that adds the source tree (CPU-only, to stay quick),
 #     gets the library alone (no gqattn-bench, no tests) and builds and runs the same example.
-# Usage: scripts/check_install.sh BUILD_DIR CXX_COMPILER [SANITIZE]  (SANITIZE: the build's
-# GQATTN_SANITIZE list: the consumers then compile and link with it too). The ctest
-# `install_and_find_package` runs it.
+# Usage: scripts/check_install.sh BUILD_DIR CXX_COMPILER LIBDIR [SANITIZE]  (LIBDIR: the build's
+# CMAKE_INSTALL_LIBDIR, e.g. lib, lib64, lib/x86_64-linux-gnu; SANITIZE: its GQATTN_SANITIZE list,
+# with which the consumers then compile too). The ctest `install_and_find_package` runs it.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 cxx=$2
-sanitize=${3:-}
+libdir=$3
+sanitize=${4:-}
 cd "$(dirname "$0")/.."
 root=$(pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-generator=()
-command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-flags=()
+# Options every consumer's configure takes (never empty: "${a[@]}" of an empty array fails under
+# set -u in bash < 4.4).
+opts=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_COMPILER=$cxx")
+command -v ninja >/dev/null 2>&1 && opts+=(-G Ninja)
 if [[ -n "$sanitize" ]]; then
-  flags=("-DCMAKE_CXX_FLAGS=-fsanitize=$sanitize -fno-sanitize-recover=all"
+  opts+=("-DCMAKE_CXX_FLAGS=-fsanitize=$sanitize -fno-sanitize-recover=all"
          "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=$sanitize")
 fi
 
 echo "check_install: cmake --install $build"
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 for f in include/gqattn/attention.h include/gqattn/paged_kv.h include/gqattn/tensor.h include/gqattn/error.h \
-         lib/cmake/gqattn/gqattnConfig.cmake lib/cmake/gqattn/gqattnConfigVersion.cmake; do
+         "$libdir/cmake/gqattn/gqattnConfig.cmake" "$libdir/cmake/gqattn/gqattnConfigVersion.cmake"; do
   [[ -f "$tmp/prefix/$f" ]] || { echo "check_install: $f was not installed"; cat "$tmp/install.log"; exit 1; }
 done
-ls "$tmp"/prefix/lib*/libgqattn.* > /dev/null 2>&1 || { echo "check_install: no libgqattn installed"; exit 1; }
+ls "$tmp/prefix/$libdir"/libgqattn.* > /dev/null 2>&1 || { echo "check_install: no libgqattn in $libdir"; exit 1; }
 
 echo "check_install: examples/ against the installed package (find_package(gqattn CONFIG))"
-cmake -S examples -B "$tmp/find" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_PREFIX_PATH="$tmp/prefix" "${flags[@]}" > "$tmp/find.log" 2>&1 || { cat "$tmp/find.log"; exit 1; }
+cmake -S examples -B "$tmp/find" "${opts[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/find.log" 2>&1 ||
+  { cat "$tmp/find.log"; exit 1; }
 cmake --build "$tmp/find" > "$tmp/find_build.log" 2>&1 || { cat "$tmp/find_build.log"; exit 1; }
 "$tmp/find/decode_paged"
 "$tmp/find/prefill_chunked"
@@ -56,8 +58,7 @@ endforeach()
 add_executable(decode_paged "$root/examples/decode_paged.cc")
 target_link_libraries(decode_paged PRIVATE gqattn::gqattn)
 EOF
-cmake -S "$tmp/consumer" -B "$tmp/sub" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
-  "${flags[@]}" > "$tmp/sub.log" 2>&1 || { cat "$tmp/sub.log"; exit 1; }
+cmake -S "$tmp/consumer" -B "$tmp/sub" "${opts[@]}" > "$tmp/sub.log" 2>&1 || { cat "$tmp/sub.log"; exit 1; }
 cmake --build "$tmp/sub" > "$tmp/sub_build.log" 2>&1 || { cat "$tmp/sub_build.log"; exit 1; }
 "$tmp/sub/decode_paged"
 echo "check_install: both ways work"

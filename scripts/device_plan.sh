@@ -37,7 +37,12 @@ W189=("wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv
 if [[ $step == check ]]; then
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   status=0
-  copy() { rm -rf "$tmp/t" && mkdir "$tmp/t" && tar cf - --exclude=./build* --exclude=./.git --exclude=./.deps . | tar xf - -C "$tmp/t"; }
+  # A copy of the tree as a repository of its own: git apply inside another repository's work tree
+  # (a TMPDIR there) would skip every path outside it and report success.
+  copy() {
+    rm -rf "$tmp/t" && mkdir "$tmp/t" && tar cf - --exclude=./build* --exclude=./.git --exclude=./.deps . | tar xf - -C "$tmp/t"
+    git init -q "$tmp/t"
+  }
   apply_all() {  # apply_all PATCH...: in order, on a fresh copy
     copy
     local p
@@ -66,8 +71,10 @@ if [[ $step == check ]]; then
         { echo "device_plan check: no GPU test $t (for $patch)"; status=1; }
     done
   done
-  for f in bench/sweeps/ab/decode_warp_private.csv bench/sweeps/ab/prefill_causal_hd256.csv; do
-    [[ -f $f ]] || { echo "device_plan check: $f is missing"; status=1; }
+  # e188's ctest filter (GpuEngine|GpuTinyModel): a renamed suite would match nothing and pass.
+  apply_all wip/engine-warm-up.patch && for suite in GpuEngine GpuTinyModel; do
+    grep -rqE "TEST(_P)?\(${suite}, " "$tmp/t/tests/engine/gpu" ||
+      { echo "device_plan check: no engine GPU test suite $suite (for e188)"; status=1; }
   done
   # shellcheck disable=SC2086
   apply_all $HEADS_PATCHES && for f in bench/sweeps/head_dims/decode.csv bench/sweeps/head_dims/prefill.csv; do
@@ -117,11 +124,14 @@ case $step in
   h2)
     # shellcheck disable=SC2086
     tree_with /tmp/dp-heads $HEADS_PATCHES || exit 1
+    rc=0
     (cd /tmp/dp-heads && env "${heads_env[@]}" BENCH_SWEEP_DIR=bench/sweeps/head_dims LOG_DIR="$L" \
-      scripts/gpu_check.sh build bench)
+      scripts/gpu_check.sh build bench) || rc=1
     (cd /tmp/dp-heads && AB_ARGS="--settle-ms 300" scripts/ab_sweep.sh build-gpu bench/sweeps/head_dims/prefill.csv \
       "$L/ab" "sm90:" "portable:GQATTN_DISABLE_SM90=1" &&
-      python3 bench/compare.py "$L/ab/sm90.csv" "$L/ab/portable.csv" > "$L/ab/compare.txt" 2>&1; tail -20 "$L/ab/compare.txt")
+      python3 bench/compare.py "$L/ab/sm90.csv" "$L/ab/portable.csv" > "$L/ab/compare.txt" 2>&1) || rc=1
+    tail -20 "$L/ab/compare.txt" 2>/dev/null
+    exit $rc
     ;;
   w187)
     LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh "${W187[@]}"
@@ -131,11 +141,14 @@ case $step in
     ;;
   e188)
     tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
+    rc=0
     (cd /tmp/dp-e188 && LOG_DIR="$L" scripts/gpu_check.sh build &&
-      ctest --test-dir build-gpu -R "GpuEngine|GpuTinyModel" --output-on-failure > "$L/engine_tests.log" 2>&1;
-      tail -5 "$L/engine_tests.log")
+      ctest --test-dir build-gpu -R "GpuEngine|GpuTinyModel" --output-on-failure > "$L/engine_tests.log" 2>&1) || rc=1
+    tail -5 "$L/engine_tests.log" 2>/dev/null
     (cd /tmp/dp-e188 && E2E_HEADS="32 1" E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab" \
-      "warm:" "cold:GQATTN_DISABLE_ENGINE_WARMUP=1" "p64:--page-size=64"; cat "$L/ab/summary.txt")
+      "warm:" "cold:GQATTN_DISABLE_ENGINE_WARMUP=1" "p64:--page-size=64") || rc=1
+    cat "$L/ab/summary.txt" 2>/dev/null
+    exit $rc
     ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
