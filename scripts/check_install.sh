@@ -33,8 +33,11 @@ done
 ls "$tmp/prefix/$libdir"/libgqattn.* > /dev/null 2>&1 || { echo "check_install: no libgqattn in $libdir"; exit 1; }
 
 echo "check_install: examples/ against the installed package (find_package(gqattn CONFIG))"
-cmake -S examples -B "$tmp/find" "${opts[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/find.log" 2>&1 ||
-  { cat "$tmp/find.log"; exit 1; }
+# A libdir that the platform's find_package does not search under a prefix (lib64 on Debian) is
+# named directly.
+find_opts=(-DCMAKE_PREFIX_PATH="$tmp/prefix")
+[[ $libdir == lib ]] || find_opts+=(-Dgqattn_DIR="$tmp/prefix/$libdir/cmake/gqattn")
+cmake -S examples -B "$tmp/find" "${opts[@]}" "${find_opts[@]}" > "$tmp/find.log" 2>&1 || { cat "$tmp/find.log"; exit 1; }
 cmake --build "$tmp/find" > "$tmp/find_build.log" 2>&1 || { cat "$tmp/find_build.log"; exit 1; }
 "$tmp/find/decode_paged"
 "$tmp/find/prefill_chunked"
