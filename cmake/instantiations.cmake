@@ -2,7 +2,8 @@
 # that GQATTN_DTYPES and GQATTN_HEAD_DIMS ask for, and tells the dispatcher which exist through
 # GQATTN_BUILT_<DTYPE>_HD<d> definitions. A variant left out is reported at run time by
 # select_kernel() with the option that would build it. The Hopper prefill family
-# (attention_prefill_sm90_*) is added when the architectures include 90a (GQATTN_BUILT_SM90).
+# (attention_prefill_sm90_*) is added when the architectures include 90a (GQATTN_BUILT_SM90), at
+# every head dim the generator wrote one for (all of them: 80, 96 and 112 run in hd128's tiles).
 function(gqattn_instantiation_sources out_var)
   set(sources "")
   set(with_sm90 FALSE)
@@ -23,8 +24,9 @@ function(gqattn_instantiation_sources out_var)
           set(found TRUE)
         endif()
       endforeach()
-      if(with_sm90)
-        list(APPEND sources "${PROJECT_SOURCE_DIR}/src/instantiations/attention_prefill_sm90_${dtype}_hd${hd}.cu")
+      set(f "${PROJECT_SOURCE_DIR}/src/instantiations/attention_prefill_sm90_${dtype}_hd${hd}.cu")
+      if(with_sm90 AND EXISTS "${f}")
+        list(APPEND sources "${f}")
       endif()
       if(NOT found)
         message(FATAL_ERROR "GQATTN_HEAD_DIMS: no generated variant for head_dim ${hd} (tools/gen_instantiations.py)")

@@ -28,8 +28,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-HEADS_PATCHES="wip/head-dims-80-96-112.patch wip/sm90-head-dims-80-96-112.patch"
-STACKS=("$HEADS_PATCHES" "wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
+# Items 195 + 197 (head dims 80 / 96 / 112) landed in session 38: h1 / h2 now run main as it is.
+HEADS_PATCHES=""
+STACKS=("wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
 W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@2@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
 W189=("wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@2@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256"
       "wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.EveryHeadDimAndDtypeBuilt")

@@ -9,7 +9,7 @@
 # --check: ptxas only (no nvdisasm needed), exit 1 if it serialised any kernel's wgmmas (C7515 /
 # C7518; session 24's first chained-items build lost 21% that way, tests passing): the ctest
 # `sm90_wgmma_not_serialised` runs it on the built Hopper instantiations.
-# --check-overlap: exit 1 unless, in every Hopper prefill kernel at head_dim >= 128, the main loop's
+# --check-overlap: exit 1 unless, in every Hopper prefill kernel at head_dim > 64, the main loop's
 # wait for P V (WARPGROUP.DEPBAR.LE 0) follows most of the softmax's exponentials (>= 16 MUFU.EX2
 # after the loop's wait for S): ptxas issues a wgmma wait first in its basic block, which once
 # put the whole softmax behind P V (docs/perf-notes.md item 140; main had 0 there, 34-66 now).
@@ -51,11 +51,11 @@ for src in "$@"; do
   fi
   "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
   if [ $overlap = 1 ]; then
-    # Per kernel at head_dim 128 / 256: the MUFU.EX2 between the first WARPGROUP.DEPBAR.LE 1 (the
-    # loop's wait for S) and the next DEPBAR.LE 0 (its wait for P V).
+    # Per kernel at head_dim 80 / 96 / 112 / 128 / 256 (kWaitAfterSoftmax): the MUFU.EX2 between the
+    # first WARPGROUP.DEPBAR.LE 1 (the loop's wait for S) and the next DEPBAR.LE 0 (its wait for P V).
     awk '
       /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name)
-                     if (name ~ /Li(128|256)E/) { order[++n] = name; state[name] = 0 } else name = ""; next }
+                     if (name ~ /Li(80|96|112|128|256)E/) { order[++n] = name; state[name] = 0 } else name = ""; next }
       name == "" { next }
       /WARPGROUP\.DEPBAR\.LE gsb0, 0x1/ { if (state[name] == 0) state[name] = 1; next }
       /WARPGROUP\.DEPBAR\.LE gsb0, 0x0/ { if (state[name] == 1) state[name] = 2; next }

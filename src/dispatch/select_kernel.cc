@@ -44,7 +44,7 @@ void add_families(std::vector<KernelChoice>& table) {
   table.push_back(entry<D, HeadDim, Family::kDecodeWide>());
   table.push_back(entry<D, HeadDim, Family::kPrefill>());
 #ifdef GQATTN_BUILT_SM90
-  table.push_back(entry<D, HeadDim, Family::kPrefillSm90>());
+  if constexpr (kernels::sm90_head_dim(HeadDim)) table.push_back(entry<D, HeadDim, Family::kPrefillSm90>());
   if constexpr (HeadDim == kernels::kPrefillSm90WideHeadDim) table.push_back(entry<D, HeadDim, Family::kPrefillSm90Wide>());
 #endif
 }
@@ -54,6 +54,15 @@ std::vector<KernelChoice> make_table() {
 #ifdef GQATTN_BUILT_BF16_HD64
   add_families<DType::kBF16, 64>(t);
 #endif
+#ifdef GQATTN_BUILT_BF16_HD80
+  add_families<DType::kBF16, 80>(t);
+#endif
+#ifdef GQATTN_BUILT_BF16_HD96
+  add_families<DType::kBF16, 96>(t);
+#endif
+#ifdef GQATTN_BUILT_BF16_HD112
+  add_families<DType::kBF16, 112>(t);
+#endif
 #ifdef GQATTN_BUILT_BF16_HD128
   add_families<DType::kBF16, 128>(t);
 #endif
@@ -62,6 +71,15 @@ std::vector<KernelChoice> make_table() {
 #endif
 #ifdef GQATTN_BUILT_FP16_HD64
   add_families<DType::kFP16, 64>(t);
+#endif
+#ifdef GQATTN_BUILT_FP16_HD80
+  add_families<DType::kFP16, 80>(t);
+#endif
+#ifdef GQATTN_BUILT_FP16_HD96
+  add_families<DType::kFP16, 96>(t);
+#endif
+#ifdef GQATTN_BUILT_FP16_HD112
+  add_families<DType::kFP16, 112>(t);
 #endif
 #ifdef GQATTN_BUILT_FP16_HD128
   add_families<DType::kFP16, 128>(t);
@@ -194,7 +212,7 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
   }
   GQ_CHECK(head_dim_built, "head_dim ", head_dim,
            " is not compiled for the GPU in this build (add it to -DGQATTN_HEAD_DIMS; generated "
-           "variants: 64, 128, 256)");
+           "variants: 64, 80, 96, 112, 128, 256)");
   GQ_CHECK(dtype_built, "dtype ", dtype_name(dtype), " is not compiled for the GPU in this build (add it to -DGQATTN_DTYPES)");
   throw Error(detail::concat("dtype ", dtype_name(dtype), " with head_dim ", head_dim,
                              " is not compiled for the GPU in this build (-DGQATTN_DTYPES / -DGQATTN_HEAD_DIMS)"));

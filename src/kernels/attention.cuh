@@ -18,6 +18,7 @@
 
 #include "kernels/attention_config.h"
 #include "kernels/launch.h"
+#include "kernels/tile_layout.h"
 #include "prims/cuda_check.h"
 #include "prims/mma.cuh"
 #include "prims/pdl.cuh"
@@ -35,13 +36,6 @@ template <>
 struct CudaType<DType::kFP16> {
   using type = __half;
 };
-
-// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][HeadDim] tile whose chunks are
-// XOR-swizzled by the row, so that ldmatrix's eight row addresses hit eight different bank groups.
-template <int HeadDim>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * HeadDim + ((chunk ^ (row & 7)) << 3);
-}
 
 // The keys that one CTA's rows of a work item need. Packed row r sees keys
 // [0, causal_base + r / group) under the causal mask (aligned to the end of the request's keys).
@@ -91,7 +85,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   using Shape = AttnShape<F, HeadDim>;
   constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
   constexpr int kThreads = Shape::kThreads;
-  constexpr int kRowsPerPass = kThreads / kChunks;
+  constexpr int kRowElems = Shape::kRowElems;
+  using Slots = LoadSlots<kThreads, kChunks>;
   constexpr int kKVTile = Cfg::kKVTile;
   constexpr int kStages = Cfg::kStages;
   constexpr int kCtaRows = Shape::kCtaRows;
@@ -119,8 +114,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
   const int wk = Cfg::kWarpsN == 1 ? warp / Cfg::kWarpsM : (warp / Cfg::kWarpsM) % Cfg::kWarpsKV;
   const int wn = Cfg::kWarpsN == 1 ? 0 : warp / (Cfg::kWarpsM * Cfg::kWarpsKV);
   const int col0 = wn * kWarpCols;  // this warp's first output column
-  const int load_row = tid / kChunks;
-  const int load_chunk = tid % kChunks;
+  const Slots slots(tid);
   const int group = static_cast<int>(p.group.divisor);
   const int num_work = p.header->num_work;
   // The CTA's first item is loaded beside num_work, not after the loop's test of it: one dependent
@@ -150,26 +144,28 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
     const bool warp_active = w.row_begin + wm * kWarpRows < rows;
 
     // Q tile: packed rows -> (token, head) rows of q; rows past the request are zero-filled.
-    for (int i = 0; i < kCtaRows / kRowsPerPass; ++i) {
-      const int r = load_row + i * kRowsPerPass;
+    for (int i = 0; i < Slots::template passes<kCtaRows>(); ++i) {
+      const int r = slots.row(i);
+      if (!Slots::template in_tile<kCtaRows>(r)) continue;
       const int ra = w.row_begin + r;
       const bool valid = ra < rows;
-      const T* src = valid ? q_row<T>(p, w, ra) + load_chunk * 8 : q;
-      prims::cp_async_16(s_q + swizzle<HeadDim>(r, load_chunk), src, valid);
+      const T* src = valid ? q_row<T>(p, w, ra) + slots.chunk(i) * 8 : q;
+      prims::cp_async_16(s_q + swizzle<HeadDim>(r, slots.chunk(i)), src, valid);
     }
     prims::cp_async_commit();
 
-    // K/V tiles: each thread copies 16-byte chunk load_chunk of kKVPasses key rows. A key's page id
-    // is looked up one tile before its copy is issued, so the index load's latency hides behind
-    // the tile in flight instead of stalling the issue.
-    constexpr int kKVPasses = kKVTile / kRowsPerPass;
-    const int64_t head_offset = static_cast<int64_t>(w.kv_head) * p.kv_head_stride + load_chunk * 8;
+    // K/V tiles: each thread copies kKVPasses 16-byte chunks (LoadSlots). A key's page id is looked
+    // up one tile before its copy is issued, so the index load's latency hides behind the tile in
+    // flight instead of stalling the issue.
+    constexpr int kKVPasses = Slots::template passes<kKVTile>();
+    const int64_t head_offset =
+        static_cast<int64_t>(w.kv_head) * p.kv_head_stride + (Slots::kSameChunk ? slots.chunk(0) * 8 : 0);
     int32_t page_ids[kKVPasses];
     auto fetch_pages = [&](int tile) {
       const int base = w.kv_begin + tile * kKVTile;
 #pragma unroll
       for (int i = 0; i < kKVPasses; ++i) {
-        const int key = base + load_row + i * kRowsPerPass;
+        const int key = base + slots.row(i);
         const int page = static_cast<int>(p.page.div(static_cast<uint32_t>(key)));
         page_ids[i] = (key < kv_stop && tile < num_tiles)
                           ? (p.page_indices ? __ldg(p.page_indices + w.page_begin + page) : w.page_begin + page)
@@ -177,21 +173,24 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
       }
     };
     auto issue_tile = [&](int tile, int slot) {
-      T* s_k = s_kv + slot * 2 * kKVTile * HeadDim;
-      T* s_v = s_k + kKVTile * HeadDim;
+      T* s_k = s_kv + slot * 2 * kKVTile * kRowElems;
+      T* s_v = s_k + kKVTile * kRowElems;
       const int base = w.kv_begin + tile * kKVTile;
 #pragma unroll
       for (int i = 0; i < kKVPasses; ++i) {
-        const int r = load_row + i * kRowsPerPass;
+        const int r = slots.row(i);
+        if (!Slots::template in_tile<kKVTile>(r)) continue;
         const int key = base + r;
+        const int chunk = slots.chunk(i);  // (in head_offset where it is the same every pass)
         const bool valid = key < kv_stop;
         uint32_t page, slot_in_page;
         p.page.divmod(static_cast<uint32_t>(key), page, slot_in_page);
         const int64_t offset = valid ? static_cast<int64_t>(page_ids[i]) * p.kv_page_stride +
-                                           static_cast<int64_t>(slot_in_page) * p.kv_token_stride + head_offset
+                                           static_cast<int64_t>(slot_in_page) * p.kv_token_stride + head_offset +
+                                           (Slots::kSameChunk ? 0 : chunk * 8)
                                      : 0;
-        prims::cp_async_16(s_k + swizzle<HeadDim>(r, load_chunk), k + offset, valid);
-        prims::cp_async_16(s_v + swizzle<HeadDim>(r, load_chunk), v + offset, valid);
+        prims::cp_async_16(s_k + swizzle<HeadDim>(r, chunk), k + offset, valid);
+        prims::cp_async_16(s_v + swizzle<HeadDim>(r, chunk), v + offset, valid);
       }
     };
 
@@ -223,8 +222,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
         fetch_pages(next + 1);
       }
       if (!warp_active) continue;
-      const T* s_k = s_kv + (t % kStages) * 2 * kKVTile * HeadDim;
-      const T* s_v = s_k + kKVTile * HeadDim;
+      const T* s_k = s_kv + (t % kStages) * 2 * kKVTile * kRowElems;
+      const T* s_v = s_k + kKVTile * kRowElems;
 
       // S = Q K^T for this warp's kMT x 16 rows and kWarpKV keys; each K fragment serves all kMT.
       float s[kMT][kN][4];

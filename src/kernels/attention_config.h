@@ -126,6 +126,13 @@ struct AttnConfig<Family::kPrefill, HeadDim> {
   static constexpr int kStages = HeadDim <= 128 ? 3 : 2;
 };
 
+// Elements a row of a [rows][head_dim] tile takes in the portable kernel's shared memory. Where a
+// row has a multiple of 8 16-byte chunks (head_dim 64, 128, 256) it is head_dim, the chunks
+// XOR-swizzled by the row; otherwise (80, 96, 112) the row is padded to an odd number of chunks,
+// so that ldmatrix's eight rows of one chunk fall into eight different bank groups unswizzled.
+constexpr bool xor_swizzled_rows(int head_dim) { return (head_dim / 8) % 8 == 0; }
+constexpr int smem_row_elems(int head_dim) { return xor_swizzled_rows(head_dim) ? head_dim : ((head_dim / 8) | 1) * 8; }
+
 // Derived sizes, identical on host and device.
 template <Family F, int HeadDim, typename Cfg = AttnConfig<F, HeadDim>>
 struct AttnShape {
@@ -136,20 +143,24 @@ struct AttnShape {
   static constexpr int kCtaRows = kWarpRows * Cfg::kWarpsM;
   static constexpr int kWarpKV = Cfg::kKVTile / Cfg::kWarpsKV;  // keys per warp per tile
   static constexpr int kWarpCols = HeadDim / Cfg::kWarpsN;       // output columns per warp
-  static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
-  static constexpr int kStageBytes = 2 * Cfg::kKVTile * HeadDim * kElemBytes;  // K + V
+  static constexpr int kRowElems = smem_row_elems(HeadDim);  // a Q, K or V row in shared memory
+  static constexpr int kQBytes = kCtaRows * kRowElems * kElemBytes;
+  static constexpr int kStageBytes = 2 * Cfg::kKVTile * kRowElems * kElemBytes;  // K + V
   // Epilogue: each KV-warp's fp32 O rows (padded by 4 floats against bank conflicts), then m, d.
   static constexpr int kEpiStride = HeadDim + 4;
   static constexpr int kEpilogueBytes = Cfg::kWarpsKV * kCtaRows * (kEpiStride + 2) * 4;
   static constexpr int kKVBytes = Cfg::kStages * kStageBytes;
   static constexpr int kSmemBytes = kQBytes + (kKVBytes > kEpilogueBytes ? kKVBytes : kEpilogueBytes);
 
-  static_assert(kThreads % (HeadDim / 8) == 0, "a load pass covers whole rows");
-  static_assert(HeadDim % 16 == 0 && HeadDim >= 64, "head_dim must be a multiple of 16, >= 64 (swizzle)");
+  static_assert(HeadDim % 16 == 0 && HeadDim >= 64, "head_dim must be a multiple of 16, >= 64 (MMA steps)");
   static_assert(kWarpKV % 16 == 0, "each warp takes whole 16-key MMA steps");
   static_assert(kWarpCols % 16 == 0, "each warp takes whole 16-column P V steps");
-  static_assert((Cfg::kKVTile * HeadDim / 8) % kThreads == 0, "K/V tile loads split evenly over threads");
-  static_assert((kCtaRows * HeadDim / 8) % kThreads == 0, "Q tile loads split evenly over threads");
+  // At head_dim 64, 128 and 256 each thread copies the same chunk of every row it loads, and the
+  // tiles split evenly over the threads (the kernel's LoadSlots).
+  static_assert(!xor_swizzled_rows(HeadDim) || (kThreads % (HeadDim / 8) == 0 &&
+                                                 (Cfg::kKVTile * HeadDim / 8) % kThreads == 0 &&
+                                                 (kCtaRows * HeadDim / 8) % kThreads == 0),
+                "swizzled tiles' loads split evenly over whole rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
 };
 
@@ -166,8 +177,9 @@ struct AttnConfig<Family::kPrefillSm90, HeadDim> {
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   // Items of <= 64 rows may split each tile's keys between the two consumers (64-key halves;
-  // AttentionParams::split_item_keys).
-  static constexpr bool kSplitKeys = kKVTile >= 128;
+  // AttentionParams::split_item_keys). Not at 80, 96 and 112: such items are decode rows, which
+  // take the wgmma kernel at hd128 only (select_kernel), and the variant spilled 12 bytes there.
+  static constexpr bool kSplitKeys = kKVTile >= 128 && HeadDim % 64 == 0;
 };
 
 // prefill_sm90_wide exists at this head dim only. There a tile's softmax costs about as much as
@@ -186,6 +198,11 @@ struct AttnConfig<Family::kPrefillSm90Wide, HeadDim> : AttnConfig<Family::kPrefi
   static constexpr bool kSplitKeys = false;
 };
 
+// The Hopper families' tiles hold whole 64-column blocks (128-byte swizzle): head_dim rounded up to
+// them. At 80, 96 and 112 a row's columns past head_dim are never copied nor read (the S GEMM's
+// k-steps and P V's N stop at head_dim), so those head dims run in hd128's tiles.
+constexpr int sm90_smem_cols(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 // Both Hopper families: Q (64 rows a consumer), kStages x (K tile + V tile), stored as
 // 128-byte-swizzled column blocks of 64 elements (the wgmma operand layout), plus mbarriers.
 template <int HeadDim, typename Cfg>
@@ -193,8 +210,9 @@ struct Sm90Shape {
   static constexpr int kElemBytes = 2;
   static constexpr int kThreads = 128 * (Cfg::kConsumers + 1);
   static constexpr int kCtaRows = 64 * Cfg::kConsumers;
-  static constexpr int kQBytes = kCtaRows * HeadDim * kElemBytes;
-  static constexpr int kTileBytes = Cfg::kKVTile * HeadDim * kElemBytes;  // one of K or V
+  static constexpr int kCols = sm90_smem_cols(HeadDim);  // a Q, K or V row in shared memory
+  static constexpr int kQBytes = kCtaRows * kCols * kElemBytes;
+  static constexpr int kTileBytes = Cfg::kKVTile * kCols * kElemBytes;  // one of K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
   // full_k/full_v/empty_k/empty_v[kStages], q_full, q_empty, 3 item indices; then the WorkItem
   // the producer hands to the consumers (48 bytes, 16-byte aligned).
@@ -203,7 +221,8 @@ struct Sm90Shape {
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes;
 
-  static_assert(HeadDim % 64 == 0, "the sm90 path stores 64-column blocks");
+  static_assert(HeadDim % 16 == 0 && (HeadDim % 64 == 0 || HeadDim < 128),
+                "the sm90 path: 16-column k-steps, and a tile's padding within one 64-column block at most");
   static_assert(Cfg::kConsumers == 2 || Cfg::kConsumers == 3, "turn barriers for two or three consumers");
   static_assert((4 * Cfg::kStages + 2) * 8 + 3 * 4 <= kWorkItemOffset, "barrier area too small");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");
@@ -217,6 +236,12 @@ template <int HeadDim, typename Cfg>
 struct AttnShape<Family::kPrefillSm90, HeadDim, Cfg> : Sm90Shape<HeadDim, Cfg> {};
 template <int HeadDim, typename Cfg>
 struct AttnShape<Family::kPrefillSm90Wide, HeadDim, Cfg> : Sm90Shape<HeadDim, Cfg> {};
+
+// The head dims the Hopper prefill family takes (tools/gen_instantiations.py generates it at all
+// of its head dims): whole 64-column blocks, and 80, 96, 112 in hd128's tiles (sm90_smem_cols).
+constexpr bool sm90_head_dim(int head_dim) {
+  return head_dim % 64 == 0 || (head_dim > 64 && head_dim < 128 && head_dim % 16 == 0);
+}
 
 constexpr bool is_sm90_family(Family f) { return f == Family::kPrefillSm90 || f == Family::kPrefillSm90Wide; }
 // The families after which the split merge is a programmatic dependent launch (sm_90): they let it

@@ -20,7 +20,9 @@
 // K/V head) both consumers take the same 64 rows, each the half of every K/V tile's keys
 // (consumer c keys [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0
 // at the end of the item through Q's rows 64..127, which the producer then leaves alone.
-// Shared-memory tiles use the 128-byte swizzle that the wgmma descriptors describe.
+// Shared-memory tiles use the 128-byte swizzle that the wgmma descriptors describe, in whole
+// 64-column blocks: at head_dim 80, 96 and 112 a row holds kCols = 128 columns (hd128's tiles), of
+// which the copies fill and the GEMMs read the first HeadDim (S's k-steps, P V's N = HeadDim).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (types only; the encoder comes through the runtime's entry points)
@@ -40,7 +42,7 @@
 
 namespace gqattn::kernels {
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a [Rows][HeadDim] tile stored as
+// Element offset of 16-byte chunk `chunk` of row `row` in a [Rows][kCols] tile stored as
 // column blocks of 64 elements: block-major, 128-byte rows, chunks XOR-swizzled by row % 8.
 template <int Rows>
 __device__ __forceinline__ int sw128_offset(int row, int chunk) {
@@ -49,8 +51,10 @@ __device__ __forceinline__ int sw128_offset(int row, int chunk) {
 
 // TMA descriptions of the K and V pools, for K/V tiles that lie wholly inside an item's keys;
 // built on the host for each run (Sm90Prefill::make_tma). Dimension 0 is head_dim (boxes of 64
-// columns, 128-byte swizzle: the layout sw128_offset describes); the head and the key-in-page
-// dimensions follow in stride order, then the page (paged: rank 4; ragged: rank 3, tokens).
+// columns, 128-byte swizzle: the layout sw128_offset describes; at 80, 96 and 112 the second box
+// lies partly past head_dim: TMA writes zeros there and counts the whole box's bytes); the head
+// and the key-in-page dimensions follow in stride order, then the page (paged: rank 4; ragged:
+// rank 3, tokens).
 struct Sm90Tma {
   CUtensorMap k, v;
   int enabled;    // 0: every tile by cp.async gathers
@@ -74,8 +78,13 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
   constexpr int kTile = Cfg::kKVTile;
   constexpr int kStages = Cfg::kStages;
   constexpr int kCtaRows = Shape::kCtaRows;
-  constexpr int kChunks = HeadDim / 8;            // 16-byte chunks per row
-  constexpr int kRowsPerPass = 128 / kChunks;     // rows one producer pass covers
+  constexpr int kCols = Shape::kCols;             // a row's columns in shared memory (>= HeadDim)
+  constexpr int kChunks = HeadDim / 8;            // 16-byte chunks of a row that hold data
+  constexpr int kColChunks = kCols / 8;           // 16-byte chunks of a row in shared memory
+  // O's accumulator columns: P V's N. HeadDim (80, 96 and 112 read V's second 64-column block in
+  // part); kCols would multiply the padding too (its columns then ignored), at 1.2-1.6x P V's work.
+  constexpr int kOCols = HeadDim;
+  constexpr int kRowsPerPass = 128 / kColChunks;  // rows one producer pass covers
   constexpr int kQPasses = kCtaRows / kRowsPerPass;
   // Keys of a tile that one consumer warpgroup multiplies: all, or its half (kSplitKeys).
   constexpr int kSTile = kSplitKeys ? kTile / 2 : kTile;
@@ -124,8 +133,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
   if (wg == 0) {
     // ---- producer ----------------------------------------------------------------------------
     sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
-    const int load_row = tid / kChunks;
-    const int load_chunk = tid % kChunks;
+    const int load_row = tid / kColChunks;
+    const int load_chunk = tid % kColChunks;
     const T* q = static_cast<const T*>(p.q);
     const T* k = static_cast<const T*>(p.k);
     const T* v = static_cast<const T*>(p.v);
@@ -171,6 +180,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       for (int i = 0; i < kQPasses; ++i) {
         const int r = load_row + i * kRowsPerPass;
         if (kSplitKeys && r >= 64) continue;  // rows 64.. hold the consumers' hand-over
+        if (kChunks < kColChunks && load_chunk >= kChunks) continue;  // past head_dim: never read
         const int ra = w.row_begin + r;
         const bool valid = ra < rows;
         const T* src = valid ? q_row<T>(p, w, ra) + load_chunk * 8 : q;
@@ -183,7 +193,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       // 64-column block, so each instruction reads whole 128-byte lines and a lane's blocks are
       // immediates apart in both memories. Lane l looks up the page of row l once per tile; the
       // copy loop takes row offsets (bytes) from it by shuffle.
-      constexpr int kBlocks = HeadDim / 64;  // 128-byte column blocks a row
+      constexpr int kBlocks = kCols / 64;  // 128-byte column blocks a row
       constexpr int kRowsPerWarp = kTile / 4;
       constexpr int kRowsPerIter = 4;
       constexpr int kIters = kRowsPerWarp / kRowsPerIter;
@@ -192,11 +202,13 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       constexpr int kPeriod = 8 / kRowsPerIter;
       constexpr uint32_t kPeriodBytes = 8 * 64 * sizeof(T);
       constexpr uint32_t kBlockBytes = kTile * 64 * sizeof(T);    // the next column block of a tile
-      constexpr uint32_t kVBytes = kTile * HeadDim * sizeof(T);   // V's buffer after K's
-      static_assert(HeadDim % 64 == 0 && kRowsPerWarp <= 32 && kRowsPerWarp % 8 == 0,
+      constexpr uint32_t kVBytes = kTile * kCols * sizeof(T);     // V's buffer after K's
+      static_assert(kCols % 64 == 0 && kRowsPerWarp <= 32 && kRowsPerWarp % 8 == 0,
                     "producer mapping: each warp's first row starts a swizzle period");
       const int pwarp = sm90::warp_uniform(tid / 32), plane = tid & 31;
       const int sub = plane / 8, chunk = plane % 8;
+      // Block b's chunk of this lane holds data (the chunks past head_dim are not copied).
+      auto chunk_in = [&](int b) { return kChunks == kColChunks || b * 8 + chunk < kChunks; };
       uint32_t dst_base[kPeriod];
 #pragma unroll
       for (int j = 0; j < kPeriod; ++j) {
@@ -208,14 +220,13 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       for (int t = 0; t < num_tiles; ++t, ++it) {
         const int stage = static_cast<int>(it % kStages);
         const int key0 = w.kv_begin + t * kTile;
-        T* s_k = s_kv + stage * (2 * kTile * HeadDim);
-        T* s_v = s_k + kTile * HeadDim;
+        T* s_k = s_kv + stage * (2 * kTile * kCols);
+        T* s_v = s_k + kTile * kCols;
         if (kTma && key0 + kTile <= kv_stop && key0 % kTile == 0) {
           // A whole tile in one page (or ragged rows), or in whole pages of key_boxes to a tile:
           // lanes of warp 0 issue one TMA box each (64 columns x kTile / key_boxes keys), first
           // K's boxes, then, once V's buffer is free, V's; lane 0 announces the bytes, the others
           // arrive.
-          constexpr int kBlocks = HeadDim / 64;
           const int key_boxes = tma.key_boxes;
           const int box_keys = kTile / key_boxes;
           const int block = plane % kBlocks, box = plane / kBlocks;
@@ -230,7 +241,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
             sm90::mbar_wait(kv == 0 ? &empty_k[stage] : &empty_v[stage], ((it / kStages) & 1) ^ 1);
             if (pwarp == 0) {
               sm90::fence_proxy_async_smem();  // earlier generic (cp.async) writes of this buffer
-              if (plane == 0) sm90::mbar_arrive_expect_tx(full, kTile * HeadDim * sizeof(T));
+              if (plane == 0) sm90::mbar_arrive_expect_tx(full, kTile * kCols * sizeof(T));
               else sm90::mbar_arrive(full);
               __syncwarp();
               if (box < key_boxes) {
@@ -278,6 +289,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
               const char* v_row = v_lane + offset;
 #pragma unroll
               for (int b = 0; b < kBlocks; ++b) {
+                if (!chunk_in(b)) continue;
                 if (with_k) prims::cp_async_16_at(dst + b * kBlockBytes, k_row + b * 128);
                 if (with_v) prims::cp_async_16_at(dst + kVBytes + b * kBlockBytes, v_row + b * 128);
               }
@@ -293,6 +305,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
             const int64_t src = valid ? offset : 0;
 #pragma unroll
             for (int b = 0; b < kBlocks; ++b) {
+              if (!chunk_in(b)) continue;
               const int c = b * 8 + chunk;
               if (with_k) prims::cp_async_16(s_k + sw128_offset<kTile>(r, c), k_lane + src + b * 128, valid);
               if (with_v) prims::cp_async_16(s_v + sw128_offset<kTile>(r, c), v_lane + src + b * 128, valid);
@@ -362,9 +375,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 2; ++i) row_limit[i] = keys.row_limit(w, p, w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8);
 
-    float o_acc[HeadDim / 2];
+    float o_acc[kOCols / 2];
 #pragma unroll
-    for (int j = 0; j < HeadDim / 2; ++j) o_acc[j] = 0.f;
+    for (int j = 0; j < kOCols / 2; ++j) o_acc[j] = 0.f;
     float m[2] = {prims::kNegInf, prims::kNegInf};
     float d[2] = {0.f, 0.f};
 
@@ -398,7 +411,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     // Keeps O's reads and writes on their side of a wgmma fence or wait.
     auto fence_o = [&]() {
 #pragma unroll
-      for (int j = 0; j < HeadDim / 2; ++j) sm90::fence_operand(o_acc[j]);
+      for (int j = 0; j < kOCols / 2; ++j) sm90::fence_operand(o_acc[j]);
     };
     // O += P V: P as the register A operand (16 keys per step), V read MN-major.
     auto issue_pv = [&](uint32_t (&pa)[kSTile / 16][4], const T* s_v) {
@@ -406,7 +419,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       fence_o();
       sm90::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kSTile / 16; ++ks) sm90::Wgmma<T, HeadDim>::rs_tb(o_acc, pa[ks], v_desc.at(ks * 128), 1);
+      for (int ks = 0; ks < kSTile / 16; ++ks) sm90::Wgmma<T, kOCols>::rs_tb(o_acc, pa[ks], v_desc.at(ks * 128), 1);
       sm90::wgmma_commit();
     };
     // Online softmax of tile t in place (s becomes P in fp32); scale[i] is the factor O's row i
@@ -463,23 +476,24 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     };
     auto rescale_o = [&](const float (&scale)[2]) {  // O's rows by the softmax's factors
 #pragma unroll
-      for (int j = 0; j < HeadDim / 8; ++j) {
+      for (int j = 0; j < kOCols / 8; ++j) {
         o_acc[4 * j] *= scale[0];
         o_acc[4 * j + 1] *= scale[0];
         o_acc[4 * j + 2] *= scale[1];
         o_acc[4 * j + 3] *= scale[1];
       }
     };
-    // The wait for P V after the softmax (below) at hd >= 128: +1-4% on hd128's long rows; at
-    // hd64 (prefill_sm90_wide's three consumers) it measured 0.95-0.98x (perf-notes item 140).
-    constexpr bool kWaitAfterSoftmax = HeadDim >= 128;
+    // The wait for P V after the softmax (below) at hd > 64: +1-4% on hd128's long rows; at hd64
+    // (prefill_sm90_wide's three consumers) it measured 0.95-0.98x (perf-notes item 140). 80, 96
+    // and 112 run in hd128's tiles and take its choice (not measured there).
+    constexpr bool kWaitAfterSoftmax = HeadDim > 64;
     // Waits until tile `tile`'s K (kv = 0) or V (kv = 1) has landed; returns the stage's K tile (V
     // follows it).
     auto wait_tile = [&](uint32_t tile, int kv) {
       const int stage = static_cast<int>(tile % kStages);
       sm90::mbar_wait(kv == 0 ? &full_k[stage] : &full_v[stage], (tile / kStages) & 1);
       sm90::fence_proxy_async_smem();
-      return s_kv + stage * (2 * kTile * HeadDim);
+      return s_kv + stage * (2 * kTile * kCols);
     };
     auto release = [&](uint64_t* bars, uint32_t tile) {  // one lane per warp: tile's K or V is read
       if (lane == 0) sm90::mbar_arrive(&bars[tile % kStages]);
@@ -507,7 +521,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         // Both tiles' addresses from `it` (uniform), not carried over from the last iteration: a
         // carried pointer left V's descriptors off the uniform datapath (perf-notes item 133).
         const T* k_cur = wait_tile(it + 1, 0);
-        const T* v_prev = wait_tile(it, 1) + kTile * HeadDim;
+        const T* v_prev = wait_tile(it, 1) + kTile * kCols;
         sm90::named_barrier_sync(my_turn, kTurnThreads);
         issue_s(s, k_cur);
         issue_pv(pa, v_prev);
@@ -543,7 +557,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         ++it;
         pack_p(s, pa);
       }
-      const T* v_last = wait_tile(it, 1) + kTile * HeadDim;
+      const T* v_last = wait_tile(it, 1) + kTile * kCols;
       sm90::named_barrier_sync(my_turn, kTurnThreads);
       issue_pv(pa, v_last);
       sm90::named_barrier_arrive(next_turn, kTurnThreads);
@@ -560,7 +574,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     // it below), m per row. Consumer 0 merges and writes; consumer 1 goes on to the next item.
     if constexpr (kSplitKeys) {
       const int x = tid % 128;
-      auto slot = [&](int j) -> float& {  // j < HeadDim / 4
+      auto slot = [&](int j) -> float& {  // j < kOCols / 4
         constexpr int kBlockBytes = kCtaRows * 64 * static_cast<int>(sizeof(T));
         float* upper = reinterpret_cast<float*>(smem + (j / 16) * kBlockBytes + kBlockBytes / 2);
         return upper[(j % 16) * 128 + x];
@@ -587,7 +601,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        constexpr int kHalf = HeadDim / 4;
+        constexpr int kHalf = kOCols / 4;
         handover();  // consumer 0 has read the previous hand-over
         if (cw == 1) {
 #pragma unroll
@@ -641,6 +655,12 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
             prims::quad_transpose(word, lane);
             if (row_ok) prims::st_global_16(dst + 32 * j4 + 8 * (lane & 3), word[0], word[1], word[2], word[3]);
           }
+          // hd80 and hd112 end in two 8-column blocks past the last whole 32 columns: 4 bytes a lane.
+#pragma unroll
+          for (int j = HeadDim / 32 * 4; j < HeadDim / 8; ++j)
+            if (row_ok)
+              *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * (lane & 3)) =
+                  prims::pack2<T>(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
         } else if (row_ok) {  // hd256: the shuffled words beside O's 128 registers spilled 108 bytes
 #pragma unroll
           for (int j = 0; j < HeadDim / 8; ++j)

@@ -193,12 +193,12 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   prims::grid_dependency_wait();
 
   const int col_groups = p.head_dim / 4;
-  const int lanes = kThreads / col_groups;
+  const int lanes = kThreads / col_groups;  // threads past lanes x col_groups (head_dim 80, 96, 112) idle
   const int cg = threadIdx.x % col_groups;
   const int cl = threadIdx.x / col_groups;
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  merge_chunks<kSplitMergeUnroll>(p, r, cg, cl, lanes, st, acc);
+  if (cl < lanes) merge_chunks<kSplitMergeUnroll>(p, r, cg, cl, lanes, st, acc);
   __shared__ float4 lane_acc[kThreads];
   __shared__ float lane_m[kThreads], lane_d[kThreads];
   lane_acc[threadIdx.x] = acc;
@@ -224,6 +224,8 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_merge_rows_kernel(const SplitMergeParams p) {
   const int team = p.head_dim / 4;
+  // Threads past the block's whole teams (head_dim 80, 96, 112) take no row.
+  if (static_cast<int>(threadIdx.x) >= kThreads / team * team) return;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / team) + threadIdx.x / team;
   const int token = static_cast<int>(row / p.num_qo_heads);
   const int head = static_cast<int>(row % p.num_qo_heads);
@@ -324,8 +326,8 @@ void launch_split_merge_rows(DType dtype, const SplitMergeParams& params, int64_
 void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream) {
   const int64_t rows = static_cast<int64_t>(params.total_qo) * params.num_qo_heads;
   if (rows == 0) return;
-  GQ_CHECK(params.head_dim % 4 == 0 && kSplitMergeThreads % (params.head_dim / 4) == 0,
-           "split merge: head_dim ", params.head_dim, " must be a multiple of 4 dividing ", 4 * kSplitMergeThreads);
+  GQ_CHECK(params.head_dim % 4 == 0 && params.head_dim / 4 <= kSplitMergeThreads,
+           "split merge: head_dim ", params.head_dim, " must be a multiple of 4, at most ", 4 * kSplitMergeThreads);
   const dim3 grid(static_cast<unsigned>(rows));
   auto s = static_cast<cudaStream_t>(stream);
   // A graph replays the kernel it captured: each is correct for any plan, tuned for the captured

@@ -98,8 +98,8 @@ TEST(ValidatePlan, UnsupportedHeadDimOnCuda) {
   if (!build_info().cuda) GTEST_SKIP() << "this build has no CUDA backend (CudaPlanWithoutCudaBackend covers it)";
   PlanInputs in = good_decode_inputs();
   in.device = Device::kCUDA;
-  in.head_dim = 80;  // no generated variant
-  expect_rejected([&] { validate_plan_inputs(in, true); }, {"head_dim 80", "GQATTN_HEAD_DIMS"});
+  in.head_dim = 192;  // no generated variant
+  expect_rejected([&] { validate_plan_inputs(in, true); }, {"head_dim 192", "GQATTN_HEAD_DIMS"});
 }
 
 TEST(ValidatePlan, AttentionDtypes) {

@@ -196,29 +196,35 @@ TEST(GpuDecode, SplitKVLongContextMatchesUnsplit) {
 // The split merge's three kernels (perf-notes item 147): teams of threads a row for plans of <= 8
 // chunks a request, 128-thread blocks a row below 32 chunks, 256-thread blocks from 32. Requests
 // of 0 and 1 keys beside split ones, one and four query tokens, G 32 and 4, the chunk count capped
-// on each side of the kernels' bounds.
+// on each side of the kernels' bounds. At hd128, and at the head dims built whose teams of
+// head_dim / 4 threads do not divide the blocks (80, 96, 112: the blocks' last threads idle).
 TEST(GpuDecode, SplitMergeEveryKernel) {
   GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
   uint64_t seed = 4700;
-  int seen_rows = 0, seen_narrow = 0, seen_wide = 0;
   const std::vector<std::vector<int32_t>> batches = {{0, 1, 3000, 300, 7000, 17}, {9000}};
-  for (const Heads& h : {Heads{32, 1}, Heads{32, 8}}) {
-    for (int qo_len : {1, 4}) {
-      for (std::vector<int32_t> kv_len : batches) {
-        for (int32_t& len : kv_len) len = len == 0 ? 0 : std::max(len, qo_len);  // causal: >= the new tokens
-        for (int cap : {0, 3, 9}) {
-          Plan plan;
-          check_decode(DType::kBF16, h, 128, 16, qo_len, KVLayout::kHND, kv_len, seed++, cap, nullptr, &plan);
-          if (plan.max_splits > 1 && plan.max_splits <= 8) ++seen_rows;
-          if (plan.max_splits > 8 && plan.max_splits < 32) ++seen_narrow;
-          if (plan.max_splits >= 32) ++seen_wide;
+  for (int head_dim : info.head_dims) {
+    if (head_dim != 128 && 128 % (head_dim / 4) == 0) continue;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    int seen_rows = 0, seen_narrow = 0, seen_wide = 0;
+    for (const Heads& h : {Heads{32, 1}, Heads{32, 8}}) {
+      for (int qo_len : {1, 4}) {
+        for (std::vector<int32_t> kv_len : batches) {
+          for (int32_t& len : kv_len) len = len == 0 ? 0 : std::max(len, qo_len);  // causal: >= the new tokens
+          for (int cap : {0, 3, 9}) {
+            Plan plan;
+            check_decode(DType::kBF16, h, head_dim, 16, qo_len, KVLayout::kHND, kv_len, seed++, cap, nullptr, &plan);
+            if (plan.max_splits > 1 && plan.max_splits <= 8) ++seen_rows;
+            if (plan.max_splits > 8 && plan.max_splits < 32) ++seen_narrow;
+            if (plan.max_splits >= 32) ++seen_wide;
+          }
         }
       }
     }
+    EXPECT_GT(seen_rows, 0) << "plans of 2..8 chunks a request";
+    EXPECT_GT(seen_narrow, 0) << "plans of 9..31 chunks a request";
+    EXPECT_GT(seen_wide, 0) << "plans of >= 32 chunks a request";
   }
-  EXPECT_GT(seen_rows, 0) << "plans of 2..8 chunks a request";
-  EXPECT_GT(seen_narrow, 0) << "plans of 9..31 chunks a request";
-  EXPECT_GT(seen_wide, 0) << "plans of >= 32 chunks a request";
 }
 
 // MQA with 4 draft tokens is one 128-row item a request: the wgmma kernel on sm_90 (the portable
@@ -810,19 +816,35 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
   const BuildInfo info = build_info();
   const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
   if (!built) GTEST_SKIP() << "sm_90a code is not built";
-  const dispatch::KernelChoice c = dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 1 << 20, 90);
-  if (dispatch::sm90_disabled()) {
-    EXPECT_EQ(c.family, kernels::Family::kPrefill);
-  } else {
+  // Every head dim built (80, 96 and 112 in hd128's tiles) has the wgmma kernel.
+  for (int hd : info.head_dims) {
+    SCOPED_TRACE(testing::Message() << "head_dim " << hd);
+    EXPECT_TRUE(kernels::sm90_head_dim(hd));
+    const DType dt = info.dtypes[0];
+    const dispatch::KernelChoice c = dispatch::select_kernel(dt, hd, 1 << 20, 90);
+    if (dispatch::sm90_disabled()) {
+      EXPECT_EQ(c.family, kernels::Family::kPrefill);
+      EXPECT_EQ(dispatch::select_kernel(dt, hd, 65, 90, 1024, 132).family, kernels::Family::kPrefill);
+      continue;
+    }
     EXPECT_EQ(c.family, kernels::Family::kPrefillSm90);
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 16, 90).family, kernels::Family::kDecode);
+    EXPECT_EQ(dispatch::select_kernel(dt, hd, 16, 90).family, kernels::Family::kDecode);
     // 17..32 rows: decode_mid, which exists up to head_dim 128 (decode_wide above).
-    const kernels::Family mid = info.head_dims[0] <= kernels::kDecodeMidMaxHeadDim ? kernels::Family::kDecodeMid
-                                                                                 : kernels::Family::kDecodeWide;
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 17, 90).family, mid);
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 32, 90).family, mid);
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 33, 90).family, kernels::Family::kDecodeWide);
-    EXPECT_EQ(dispatch::select_kernel(info.dtypes[0], info.head_dims[0], 65, 90).family, kernels::Family::kPrefillSm90);
+    const kernels::Family mid = hd <= kernels::kDecodeMidMaxHeadDim ? kernels::Family::kDecodeMid
+                                                                  : kernels::Family::kDecodeWide;
+    EXPECT_EQ(dispatch::select_kernel(dt, hd, 17, 90).family, mid);
+    EXPECT_EQ(dispatch::select_kernel(dt, hd, 32, 90).family, mid);
+    EXPECT_EQ(dispatch::select_kernel(dt, hd, 33, 90).family, kernels::Family::kDecodeWide);
+    EXPECT_EQ(dispatch::select_kernel(dt, hd, 65, 90).family, kernels::Family::kPrefillSm90);
+    EXPECT_EQ(dispatch::select_kernel(dt, hd, 65, 90, 1024, 132).family, kernels::Family::kPrefillSm90);
+    // The wgmma kernel takes decode rows at hd128 only (measured there): 32 and 64 rows elsewhere
+    // stay on decode_mid / decode_wide however many requests.
+    if (hd != 128) {
+      EXPECT_EQ(dispatch::select_kernel(dt, hd, 32, 90, 1024, 132).family, mid);
+      EXPECT_EQ(dispatch::select_kernel(dt, hd, 64, 90, 1024, 132).family, kernels::Family::kDecodeWide);
+    }
+  }
+  if (!dispatch::sm90_disabled()) {
     // hd64 with >= 4096 rows a request and K/V head on average, items for every SM: prefill_sm90_wide.
     if (head_dim_built(info, 64)) {
       const DType dt = info.dtypes[0];

@@ -453,7 +453,7 @@ def test_gpu_rejections():
     ws = gqattn.make_workspace("cuda")
     with pytest.raises(ValueError, match=r"fp32 runs on the CPU backend only"):
         gqattn.DecodeWrapper(ws).plan([0, 1], [3], 8, 2, head_dim, 4, dtype="fp32")
-    with pytest.raises(ValueError, match=r"head_dim 96 is not compiled for the GPU .*GQATTN_HEAD_DIMS"):
-        gqattn.DecodeWrapper(ws).plan([0, 1], [3], 8, 2, 96, 4, dtype=dtype)
+    with pytest.raises(ValueError, match=r"head_dim 192 is not compiled for the GPU .*GQATTN_HEAD_DIMS"):
+        gqattn.DecodeWrapper(ws).plan([0, 1], [3], 8, 2, 192, 4, dtype=dtype)
     with pytest.raises(ValueError, match=r"qo_len \(9\) must be in \[1, 8\] for a CUDA decode"):
         gqattn.DecodeWrapper(ws).plan([0, 2], [16], 8, 2, head_dim, 16, qo_len=9, dtype=dtype)
