@@ -5,13 +5,7 @@
 # Each step tars its logs into $OUT/STEP.tgz (after every stage, so a time-out keeps what finished)
 # and names the commit $GQ_COMMIT (default: git rev-parse --short HEAD, where .git came along).
 # Steps, in the plan's order (device seconds estimated):
-#   h1    items 195 + 197 (wip/head-dims-80-96-112 + wip/sm90-head-dims-80-96-112) in a copy of
-#         the tree, /tmp/dp-heads: build (hd 80 / 96 / 112 / 128, bf16 + fp16), every test with
-#         CTEST_TIMEOUT=150 (a wrong expect_tx count would hang the sm90 kernel), the prefill tests
-#         again on the portable kernel, the sanitizers (~470 s). The per-test times of tests.log
-#         also check items 190 and 193 (session 33: SplitMergeEveryKernel 16.7 s, OddLengths 9.9 s).
-#   h2    the same tree (rebuilt where the machine was released): the head-dims sweep with peers
-#         (bench/sweeps/head_dims) and the A/B of the Hopper and the portable prefill there (~330 s)
+# (Steps h1 and h2, items 195 + 197, ran in session 38 and landed: perf-notes item 199.)
 #   w187  wip_check.sh of item 187 (decode-warp-private-kv) at hd 128 / 64 / 256 with racecheck (~400 s)
 #   w189  wip_check.sh of items 189 + 192 (sm90-skip-masked-tiles, sm90-hd256-staged-o) at hd256 (~400 s)
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
@@ -26,10 +20,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh h1|h2|w187|w189|e188|land|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh w187|w189|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-# Items 195 + 197 (head dims 80 / 96 / 112) landed in session 38: h1 / h2 now run main as it is.
-HEADS_PATCHES=""
 STACKS=("wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
 # Measured in session 38 and left to rebase by hand onto items 195 + 197 (their kernel lines
 # conflict with the head-dims change; regen_wip.sh stops there): check skips them, saying so.
@@ -83,10 +75,6 @@ if [[ $step == check ]]; then
     grep -rqE "TEST(_P)?\(${suite}, " "$tmp/t/tests/engine/gpu" ||
       { echo "device_plan check: no engine GPU test suite $suite (for e188)"; status=1; }
   done
-  # shellcheck disable=SC2086
-  apply_all $HEADS_PATCHES && for f in bench/sweeps/head_dims/decode.csv bench/sweeps/head_dims/prefill.csv; do
-    [[ -f "$tmp/t/$f" ]] || { echo "device_plan check: $f (items 195 + 197) is missing"; status=1; }
-  done
   [[ $status == 0 ]] && echo "device_plan check: every planned call's patches, sweeps and tests are there"
   exit $status
 fi
@@ -120,26 +108,7 @@ tree_with() {  # tree_with DIR PATCH...
   echo "$*" > "$dir/.dp-applied"
 }
 
-heads_env=(GQATTN_HEAD_DIMS="80;96;112;128" GQATTN_DTYPES="bf16;fp16")
 case $step in
-  h1)
-    rm -rf /tmp/dp-heads
-    # shellcheck disable=SC2086
-    tree_with /tmp/dp-heads $HEADS_PATCHES || exit 1
-    (cd /tmp/dp-heads && env "${heads_env[@]}" CTEST_TIMEOUT=150 LOG_DIR="$L" scripts/gpu_check.sh build test sanitize)
-    ;;
-  h2)
-    # shellcheck disable=SC2086
-    tree_with /tmp/dp-heads $HEADS_PATCHES || exit 1
-    rc=0
-    (cd /tmp/dp-heads && env "${heads_env[@]}" BENCH_SWEEP_DIR=bench/sweeps/head_dims LOG_DIR="$L" \
-      scripts/gpu_check.sh build bench) || rc=1
-    (cd /tmp/dp-heads && AB_ARGS="--settle-ms 300" scripts/ab_sweep.sh build-gpu bench/sweeps/head_dims/prefill.csv \
-      "$L/ab" "sm90:" "portable:GQATTN_DISABLE_SM90=1" &&
-      python3 bench/compare.py "$L/ab/sm90.csv" "$L/ab/portable.csv" > "$L/ab/compare.txt" 2>&1) || rc=1
-    tail -20 "$L/ab/compare.txt" 2>/dev/null
-    exit $rc
-    ;;
   w187)
     LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh "${W187[@]}"
     ;;
@@ -165,7 +134,7 @@ case $step in
     BENCH_FAMILIES=$fam PEERS=flex,sdpa_cudnn LOG_DIR=$L scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (h1, h2, w187, w189, e188, land, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (w187, w189, e188, land, flexd, flexp, check)"
     exit 2
     ;;
 esac
