@@ -64,7 +64,7 @@ int run() {
                  0, 0, 0, 0, 0, 0, 0, 0,      // request 1: no context yet (kv_len 0)
                  63, 1, 2, 0, 0, 0, 0, 0};
   table.kv_len = {123, 0, 33};
-  example::HostPagedKV cache(table, kPageSize, kNumPages, kKvHeads, kHeadDim);
+  const example::PagedTable cache(table, kPageSize, kNumPages, kKvHeads, kHeadDim);  // pools: device memory below
   const PageTableCSR& csr = cache.csr;
 
   std::mt19937 rng(11);
@@ -88,7 +88,7 @@ int run() {
     }
 
   // Device memory: bf16 pools (NHD), the CSR index tensors, the new K/V, q, o, the workspace.
-  const size_t pool_bytes = size_t(kNumPages) * kPageSize * kKvHeads * kHeadDim * 2;
+  const size_t pool_bytes = size_t(cache.pool_elems()) * 2;
   DeviceBuffer k_pool(nullptr, pool_bytes), v_pool(nullptr, pool_bytes);
   DeviceBuffer indptr(csr.kv_page_indptr.data(), csr.kv_page_indptr.size() * 4);
   DeviceBuffer indices(csr.kv_page_indices.data(), csr.kv_page_indices.size() * 4);

@@ -20,31 +20,15 @@ inline gqattn::TensorView ints(std::vector<int32_t>& v) {
   return gqattn::TensorView::contiguous(v.data(), {static_cast<int64_t>(v.size())}, gqattn::DType::kInt32);
 }
 
-// K and V pools of num_pages pages, NHD ([pages, page_size, kv_heads, head_dim], fp32, zeroed),
-// and the CSR form of a block table (the form the library takes). view() is the PagedKV that
-// append_kv, decode and prefill read; on the GPU the same fields point at device memory.
-struct HostPagedKV {
-  std::vector<float> k, v;
+// A paged cache's table and shape: the CSR form of a block table (the form the library takes)
+// over num_pages pages of [page_size, kv_heads, head_dim] (NHD), wherever the pools live.
+struct PagedTable {
   gqattn::PageTableCSR csr;
   int64_t shape[4];
 
-  HostPagedKV(const gqattn::BlockTable& table, int page_size, int num_pages, int kv_heads, int head_dim)
-      : k(static_cast<size_t>(num_pages) * page_size * kv_heads * head_dim, 0.f),
-        v(k.size(), 0.f),
-        csr(gqattn::block_table_to_csr(table, page_size)),
-        shape{num_pages, page_size, kv_heads, head_dim} {}
-
-  gqattn::PagedKV view() {
-    using gqattn::TensorView;
-    gqattn::PagedKV kv;
-    kv.k_pages = TensorView::contiguous(k.data(), {shape[0], shape[1], shape[2], shape[3]}, gqattn::DType::kFP32);
-    kv.v_pages = TensorView::contiguous(v.data(), {shape[0], shape[1], shape[2], shape[3]}, gqattn::DType::kFP32);
-    kv.layout = gqattn::KVLayout::kNHD;
-    kv.kv_page_indptr = ints(csr.kv_page_indptr);
-    kv.kv_page_indices = ints(csr.kv_page_indices);
-    kv.kv_last_page_len = ints(csr.kv_last_page_len);
-    return kv;
-  }
+  PagedTable(const gqattn::BlockTable& table, int page_size, int num_pages, int kv_heads, int head_dim)
+      : csr(gqattn::block_table_to_csr(table, page_size)), shape{num_pages, page_size, kv_heads, head_dim} {}
+  int64_t pool_elems() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
   // What a plan needs to know of this cache and the heads reading it: the host copies of its page
   // table, the shapes, the dtype and the device (the CPU: the CPU backend; kCUDA for device memory).
@@ -59,6 +43,27 @@ struct HostPagedKV {
     in.kv_indptr = csr.kv_page_indptr;
     in.kv_last_page_len = csr.kv_last_page_len;
     return in;
+  }
+};
+
+// The table with its K and V pools in host memory (fp32, zeroed). view() is the PagedKV that
+// append_kv, decode and prefill read; on the GPU the same fields point at device memory.
+struct HostPagedKV : PagedTable {
+  std::vector<float> k, v;
+
+  HostPagedKV(const gqattn::BlockTable& table, int page_size, int num_pages, int kv_heads, int head_dim)
+      : PagedTable(table, page_size, num_pages, kv_heads, head_dim), k(pool_elems(), 0.f), v(k.size(), 0.f) {}
+
+  gqattn::PagedKV view() {
+    using gqattn::TensorView;
+    gqattn::PagedKV kv;
+    kv.k_pages = TensorView::contiguous(k.data(), {shape[0], shape[1], shape[2], shape[3]}, gqattn::DType::kFP32);
+    kv.v_pages = TensorView::contiguous(v.data(), {shape[0], shape[1], shape[2], shape[3]}, gqattn::DType::kFP32);
+    kv.layout = gqattn::KVLayout::kNHD;
+    kv.kv_page_indptr = ints(csr.kv_page_indptr);
+    kv.kv_page_indices = ints(csr.kv_page_indices);
+    kv.kv_last_page_len = ints(csr.kv_last_page_len);
+    return kv;
   }
 };
 
