@@ -4,10 +4,19 @@
 #   run: scripts/device_plan.sh STEP      (carry .deps: mkdir -p .deps && cp -r /usr/src/googletest .deps/)
 # Each step tars its logs into $OUT/STEP.tgz (after every stage, so a time-out keeps what finished)
 # and names the commit $GQ_COMMIT (default: git rev-parse --short HEAD, where .git came along).
-# Steps, in the plan's order (device seconds estimated):
+# Steps, in the plan's order (device seconds estimated); several may run in one call, one after
+# another (each tars its own logs):
 # (Steps h1 and h2, items 195 + 197, ran in session 38 and landed: perf-notes item 199.)
-#   w187  wip_check.sh of item 187 (decode-warp-private-kv) at hd 128 / 64 / 256 with racecheck (~400 s)
-#   w189  wip_check.sh of items 189 + 192 (sm90-skip-masked-tiles, sm90-hd256-staged-o) at hd256 (~400 s)
+#   l189  item 189 (sm90-skip-masked-tiles, measured a win in session 38) applied to this tree: the
+#         GPU tests at hd 80 / 128 / 256 (gpu_check.sh build test), before it lands (~150 s)
+#   w200  item 200 (decode-stages-hd80-96): wip_check.sh at hd 80 / 96 / 112 on the head-dims decode
+#         sweep with its GPU tests; then ncu of hd80 beside hd128 (MQA 128 x 16K, MHA 16 x 8K) and
+#         the wave rows (bench/sweeps/ab/decode_waves_hd128.csv: GQA-8 at 32-150 requests, where the
+#         unsplit plan ends in a partial wave) on main's binary (~330 s)
+#   w187  wip_check.sh of item 187 (decode-warp-private-kv, rebased in session 39) at hd 128 / 64 /
+#         256 with racecheck (~400 s)
+#   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
+#         in session 39) on main + 189 at hd256 with racecheck (~300 s)
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -20,16 +29,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh w187|w189|e188|land|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh l189|w200|w187|w192|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=("wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
-# Measured in session 38 and left to rebase by hand onto items 195 + 197 (their kernel lines
-# conflict with the head-dims change; regen_wip.sh stops there): check skips them, saying so.
-NEEDS_REBASE=" wip/sm90-hd256-staged-o.patch wip/decode-many-separate-kv.patch wip/decode-warp-private-kv.patch "
-W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@2@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
-W189=("wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@2@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256"
-      "wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.EveryHeadDimAndDtypeBuilt")
-
+# Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
+# change; regen_wip.sh stops there): check skips them, saying so.
+NEEDS_REBASE=" wip/decode-many-separate-kv.patch "
+W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@1@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
+W192=("wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.StagedOutputKeyLimitHeadDim256")
+W200=("wip/decode-stages-hd80-96.patch@bench/sweeps/head_dims/decode.csv@2@")
+L189=wip/sm90-skip-masked-tiles.patch
+L189_TESTS="GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256"
+WAVES=bench/sweeps/ab/decode_waves_hd128.csv
 if [[ $step == check ]]; then
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   status=0
@@ -61,10 +72,12 @@ if [[ $step == check ]]; then
     [[ "$stacked" == *" $p "* ]] && continue
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
-  for spec in "${W187[@]}" "${W189[@]}"; do  # patch@sweep@rounds@gtest-filter
+  [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for w200) is missing"; status=1; }
+  for spec in "${W187[@]}" "${W192[@]}" "${W200[@]}" "$L189@$WAVES@1@$L189_TESTS"; do  # patch@sweep@rounds@gtest-filter
     IFS=@ read -r patch sweep _ filter <<< "$spec"
     [[ -f $sweep ]] || { echo "device_plan check: $sweep (for $patch) is missing"; status=1; }
     apply_all "$patch" || continue
+    [[ "$patch" == wip/sm90-hd256-staged-o.patch ]] && { apply_all $L189 "$patch" || continue; }
     for t in ${filter//:/ }; do
       grep -rqE "TEST(_P)?\(${t%%.*}, ${t#*.}\)" "$tmp/t/tests" ||
         { echo "device_plan check: no GPU test $t (for $patch)"; status=1; }
@@ -109,11 +122,31 @@ tree_with() {  # tree_with DIR PATCH...
 }
 
 case $step in
+  l189)
+    tree_with /tmp/dp-l189 $L189 || exit 1
+    (cd /tmp/dp-l189 && GQATTN_HEAD_DIMS="80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
+      scripts/gpu_check.sh build test)
+    rc=$?
+    grep -E "$L189_TESTS" -A2 "$L/ctest.log" | head -3  # (ctest's device_plan_ready fails in a patched tree)
+    exit $rc
+    ;;
+  w200)
+    rc=0
+    LOG_DIR=$L WIP_HEAD_DIMS="80;96;112" WIP_SWEEP_DIMS="80;96;128" WIP_NO_PORTABLE=1 scripts/wip_check.sh "${W200[@]}" || rc=1
+    B=/tmp/wip-tree-main/build/gqattn-bench  # main's, hd 80 / 96 / 112 / 128
+    NCU_TIMEOUT=90 LOG_DIR=$L/ncu scripts/ncu_decode.sh $B "decode,bf16,32,1,80,16,128,1,16384,1" \
+      "decode,bf16,32,1,128,16,128,1,16384,1" "decode,bf16,32,32,80,16,16,1,8192,1"
+    "$B" --device cuda --sweep "$WAVES" --iters 30 --csv "$L/waves.csv" > "$L/waves.log" 2>&1 || rc=1
+    tail -20 "$L/waves.log"
+    exit $rc
+    ;;
   w187)
     LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh "${W187[@]}"
     ;;
-  w189)
-    LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W189[@]}"
+  w192)
+    # Against main + 189 (192 is written on top of it): wip_check's "main" is this tree with 189.
+    tree_with /tmp/dp-w192 $L189 || exit 1
+    cd /tmp/dp-w192 && LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W192[@]}"
     ;;
   e188)
     tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
@@ -134,7 +167,7 @@ case $step in
     BENCH_FAMILIES=$fam PEERS=flex,sdpa_cudnn LOG_DIR=$L scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (w187, w189, e188, land, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (l189, w200, w187, w192, e188, land, flexd, flexp, check)"
     exit 2
     ;;
 esac
