@@ -10,9 +10,9 @@
 #   l189  item 189 (sm90-skip-masked-tiles, measured a win in session 38) applied to this tree: the
 #         GPU tests at hd 80 / 128 / 256 (gpu_check.sh build test), before it lands (~150 s)
 #   w200  item 200 (decode-stages-hd80-96): wip_check.sh at hd 80 / 96 / 112 on the head-dims decode
-#         sweep with its GPU tests; then ncu of hd80 beside hd128 (MQA 128 x 16K, MHA 16 x 8K) and
-#         the wave rows (bench/sweeps/ab/decode_waves_hd128.csv: GQA-8 at 32-150 requests, where the
-#         unsplit plan ends in a partial wave) on main's binary (~330 s)
+#         sweep with its GPU tests; then, on main's binary, the wave rows
+#         (bench/sweeps/ab/decode_waves_hd128.csv: GQA-8 at 32-150 requests, where the unsplit plan
+#         ends in a partial wave) and ncu of hd80 MHA 16 x 8K (~380 s)
 #   w187  wip_check.sh of item 187 (decode-warp-private-kv, rebased in session 39) at hd 128 / 64 /
 #         256 with racecheck (~400 s)
 #   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
@@ -134,10 +134,9 @@ case $step in
     rc=0
     LOG_DIR=$L WIP_HEAD_DIMS="80;96;112" WIP_SWEEP_DIMS="80;96;128" WIP_NO_PORTABLE=1 scripts/wip_check.sh "${W200[@]}" || rc=1
     B=/tmp/wip-tree-main/build/gqattn-bench  # main's, hd 80 / 96 / 112 / 128
-    NCU_TIMEOUT=90 LOG_DIR=$L/ncu scripts/ncu_decode.sh $B "decode,bf16,32,1,80,16,128,1,16384,1" \
-      "decode,bf16,32,1,128,16,128,1,16384,1" "decode,bf16,32,32,80,16,16,1,8192,1"
     "$B" --device cuda --sweep "$WAVES" --iters 30 --csv "$L/waves.csv" > "$L/waves.log" 2>&1 || rc=1
     tail -20 "$L/waves.log"
+    NCU_TIMEOUT=90 LOG_DIR=$L/ncu scripts/ncu_decode.sh $B "decode,bf16,32,32,80,16,16,1,8192,1"
     exit $rc
     ;;
   w187)
