@@ -34,7 +34,7 @@ step=${1:?usage: scripts/device_plan.sh l189|w200|w187|w192|e188|land|flexd|flex
 STACKS=("wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
-NEEDS_REBASE=" wip/decode-many-separate-kv.patch "
+NEEDS_REBASE=" "
 W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@1@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
 W192=("wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.StagedOutputKeyLimitHeadDim256")
 W200=("wip/decode-stages-hd80-96.patch@bench/sweeps/head_dims/decode.csv@2@")
