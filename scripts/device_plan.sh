@@ -38,9 +38,15 @@ NEEDS_REBASE=" "
 W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@1@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
 W192=("wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.StagedOutputKeyLimitHeadDim256")
 W200=("wip/decode-stages-hd80-96.patch@bench/sweeps/head_dims/decode.csv@2@")
-L189=wip/sm90-skip-masked-tiles.patch
-L189_TESTS="GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256"
+L189=("wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@1@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256")
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
+below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
+  local s p
+  for s in "${STACKS[@]}"; do
+    [[ " $s " == *" $1 "* ]] || continue
+    for p in $s; do [[ $p == "$1" ]] && return; echo "$p"; done
+  done
+}
 if [[ $step == check ]]; then
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   status=0
@@ -73,11 +79,11 @@ if [[ $step == check ]]; then
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
   [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for w200) is missing"; status=1; }
-  for spec in "${W187[@]}" "${W192[@]}" "${W200[@]}" "$L189@$WAVES@1@$L189_TESTS"; do  # patch@sweep@rounds@gtest-filter
+  for spec in "${W187[@]}" "${W192[@]}" "${W200[@]}" "${L189[@]}"; do  # patch@sweep@rounds@gtest-filter
     IFS=@ read -r patch sweep _ filter <<< "$spec"
     [[ -f $sweep ]] || { echo "device_plan check: $sweep (for $patch) is missing"; status=1; }
-    apply_all "$patch" || continue
-    [[ "$patch" == wip/sm90-hd256-staged-o.patch ]] && { apply_all $L189 "$patch" || continue; }
+    # shellcheck disable=SC2046
+    apply_all $(below "$patch") "$patch" || continue
     for t in ${filter//:/ }; do
       grep -rqE "TEST(_P)?\(${t%%.*}, ${t#*.}\)" "$tmp/t/tests" ||
         { echo "device_plan check: no GPU test $t (for $patch)"; status=1; }
@@ -123,11 +129,12 @@ tree_with() {  # tree_with DIR PATCH...
 
 case $step in
   l189)
-    tree_with /tmp/dp-l189 $L189 || exit 1
+    IFS=@ read -r patch _ _ filter <<< "${L189[0]}"
+    tree_with /tmp/dp-l189 "$patch" || exit 1
     (cd /tmp/dp-l189 && GQATTN_HEAD_DIMS="80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
       scripts/gpu_check.sh build test)
     rc=$?
-    grep -E "$L189_TESTS" -A2 "$L/ctest.log" | head -3  # (ctest's device_plan_ready fails in a patched tree)
+    grep -E "$filter" -A2 "$L/ctest.log" | head -3  # (ctest's device_plan_ready fails in a patched tree)
     exit $rc
     ;;
   w200)
@@ -143,8 +150,10 @@ case $step in
     LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh "${W187[@]}"
     ;;
   w192)
-    # Against main + 189 (192 is written on top of it): wip_check's "main" is this tree with 189.
-    tree_with /tmp/dp-w192 $L189 || exit 1
+    # Against main + 189 (192 is written on top of it, STACKS): wip_check's "main" is this tree
+    # with the patches below 192.
+    # shellcheck disable=SC2046
+    tree_with /tmp/dp-w192 $(below "${W192[0]%%@*}") || exit 1
     cd /tmp/dp-w192 && LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W192[@]}"
     ;;
   e188)
