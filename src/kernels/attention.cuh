@@ -156,8 +156,24 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
 
     // K/V tiles: each thread copies kKVPasses 16-byte chunks (LoadSlots). A key's page id is looked
     // up one tile before its copy is issued, so the index load's latency hides behind the tile in
-    // flight instead of stalling the issue.
-    constexpr int kKVPasses = Slots::template passes<kKVTile>();
+    // flight instead of stalling the issue. kWarpPrivate: the kKeyWarpGroup warps of key warp wk
+    // (its row and column warps) copy the kWarpKV rows they multiply, and only they wait for them.
+    // Only where a warp's threads cover whole rows of chunks (head_dim 64, 128, 256; not 80, 96,
+    // 112, whose LoadSlots passes straddle rows): every thread then copies one chunk of rows
+    // kKVRowStep apart.
+    constexpr bool kWarpPrivate = warp_private_kv(F) && Cfg::kWarpsKV > 1 && 32 % kChunks == 0;
+    constexpr int kKeyWarpGroup = Cfg::kWarpsM * Cfg::kWarpsN;
+    constexpr int kKVRowStep = kWarpPrivate ? 32 * kKeyWarpGroup / kChunks : 1;
+    constexpr int kKVPasses = kWarpPrivate ? kWarpKV / kKVRowStep : Slots::template passes<kKVTile>();
+    static_assert(!kWarpPrivate || kWarpKV % kKVRowStep == 0, "K/V loads split evenly");
+    static_assert(!kWarpPrivate || Cfg::kWarpsKV <= 15, "a named barrier a key warp");
+    // slots.chunk(i) (tid % kChunks, the same every pass) is then the group thread's chunk too
+    // (group_tid % kChunks).
+    static_assert(!kWarpPrivate || (32 % kChunks == 0 && Slots::kSameChunk),
+                  "a warp's threads cover whole rows of chunks");
+    const int group_tid = (wn * Cfg::kWarpsM + wm) * 32 + lane;  // thread of the key warp's group
+    const int kv_row0 = kWarpPrivate ? wk * kWarpKV + group_tid / kChunks : 0;
+    auto kv_row = [&](int i) { return kWarpPrivate ? kv_row0 + i * kKVRowStep : slots.row(i); };
     const int64_t head_offset =
         static_cast<int64_t>(w.kv_head) * p.kv_head_stride + (Slots::kSameChunk ? slots.chunk(0) * 8 : 0);
     int32_t page_ids[kKVPasses];
@@ -165,7 +181,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
       const int base = w.kv_begin + tile * kKVTile;
 #pragma unroll
       for (int i = 0; i < kKVPasses; ++i) {
-        const int key = base + slots.row(i);
+        const int key = base + kv_row(i);
         const int page = static_cast<int>(p.page.div(static_cast<uint32_t>(key)));
         page_ids[i] = (key < kv_stop && tile < num_tiles)
                           ? (p.page_indices ? __ldg(p.page_indices + w.page_begin + page) : w.page_begin + page)
@@ -178,8 +194,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
       const int base = w.kv_begin + tile * kKVTile;
 #pragma unroll
       for (int i = 0; i < kKVPasses; ++i) {
-        const int r = slots.row(i);
-        if (!Slots::template in_tile<kKVTile>(r)) continue;
+        const int r = kv_row(i);
+        if (!kWarpPrivate && !Slots::template in_tile<kKVTile>(r)) continue;
         const int key = base + r;
         const int chunk = slots.chunk(i);  // (in head_offset where it is the same every pass)
         const bool valid = key < kv_stop;
@@ -201,6 +217,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
       prims::cp_async_commit();
       fetch_pages(s + 1);
     }
+    if constexpr (kWarpPrivate) {  // Q, which every warp reads, is the one tile copied by all
+      prims::cp_async_wait<kStages - 1>();
+      __syncthreads();
+    }
 
     float o_acc[kMT][kD][4];
     float m[kMT][2], d[kMT][2];
@@ -214,7 +234,15 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
 
     for (int t = 0; t < num_tiles; ++t) {
       prims::cp_async_wait<kStages - 2>();
-      __syncthreads();
+      if constexpr (kWarpPrivate && kKeyWarpGroup == 1) {
+        __syncwarp();  // this warp's rows of tile t, copied by its lanes; slot t - 1 read by it alone
+      } else if constexpr (kWarpPrivate) {  // the same over the key warp's group: barrier 1 + wk,
+#pragma unroll                                // an immediate (a register id reserves all 16)
+        for (int x = 0; x < Cfg::kWarpsKV; ++x)
+          if (x == wk) prims::named_barrier_sync(1 + x, 32 * kKeyWarpGroup);
+      } else {
+        __syncthreads();
+      }
       {
         const int next = t + kStages - 1;
         if (next < num_tiles) issue_tile(next, next % kStages);

@@ -247,5 +247,15 @@ constexpr bool is_sm90_family(Family f) { return f == Family::kPrefillSm90 || f 
 // The families after which the split merge is a programmatic dependent launch (sm_90): they let it
 // be scheduled at their start (prims::grid_allow_dependents), the dispatcher launches it so.
 constexpr bool merge_starts_early(Family f) { return f == Family::kDecode || f == Family::kDecodeMid; }
+// The families whose warps copy and wait for the keys they multiply (cp.async groups, then a
+// barrier of just the kWarpsM x kWarpsN warps that share a key warp's rows: __syncwarp where that
+// is one warp), not for a whole tile behind a CTA barrier: a CTA's key warps drift apart, so one
+// issues copies while another computes, as two CTAs an SM do (perf-notes items 3 and 187).
+// The kernel (kWarpPrivate) takes it where the family has more than one key warp and a warp's 32
+// threads copy whole rows of 16-byte chunks: head_dim 64, 128 and 256, not 80, 96 and 112.
+constexpr bool warp_private_kv(Family f) {
+  return f == Family::kDecode || f == Family::kDecodeMid || f == Family::kDecodeLong || f == Family::kDecodeMany ||
+         f == Family::kDecodeWide;
+}
 
 }  // namespace gqattn::kernels

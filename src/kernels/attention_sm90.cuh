@@ -89,6 +89,12 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
   // Keys of a tile that one consumer warpgroup multiplies: all, or its half (kSplitKeys).
   constexpr int kSTile = kSplitKeys ? kTile / 2 : kTile;
   static_assert(!kSplitKeys || (kSTile >= 64 && Cfg::kConsumers == 2), "split keys: 64-key halves, two consumers");
+  // Whether consumers skip their item's tiles past their keys (my_tiles below): where a
+  // consumer's 64 rows can end a whole tile before its item's last rows in aligned causal MHA,
+  // i.e. hd256's 64-key tiles. prefill_sm90_wide's consumer 0 could too (128-key tiles, 192-row
+  // items), but there ptxas then spilled more (100 -> 124 bytes) and copied the softmax (+464
+  // instructions) for under 1% of its tiles.
+  constexpr bool kSkipMaskedTiles = !kSplitKeys && kTile <= 64;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem =
@@ -371,6 +377,19 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     const int rows = keys.rows;
     const int num_tiles = sm90::warp_uniform(keys.num_tiles);
     const int all_rows_see = keys.all_rows_see;
+    // The tiles this warpgroup multiplies. In a causal item its 64 rows end before the item's
+    // last rows, so the item's last tiles may lie wholly past every key they see (MHA at hd256's
+    // 64-key tiles: consumer 0's last tile of every item whose rows end at the keys' end). Those
+    // tiles get no GEMM and no softmax (which would add P = 0); the loop below still waits for
+    // them and releases them, and takes their turns. At least one tile where the item has any: a
+    // warpgroup that sees no key of the chunk runs its first tile, masked, as before.
+    int my_tiles = num_tiles;
+    if constexpr (kSkipMaskedTiles) {
+      if (p.causal && num_tiles > 1) {
+        const int wg_stop = keys.row_limit(w, p, min(w.row_begin + wg_row0 + 63, rows - 1));
+        my_tiles = sm90::warp_uniform(min(num_tiles, max(1, (wg_stop - w.kv_begin + kTile - 1) / kTile)));
+      }
+    }
     int row_limit[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) row_limit[i] = keys.row_limit(w, p, w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8);
@@ -512,12 +531,12 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
       release(empty_k, it);
-      if (num_tiles == 1) release_q();
+      if (my_tiles == 1) release_q();
 #pragma unroll
       for (int j = 0; j < kSTile / 2; ++j) sm90::fence_operand(s[j]);
       softmax(s, 0, scale);
       pack_p(s, pa);
-      for (int t = 1; t < num_tiles; ++t) {
+      for (int t = 1; t < my_tiles; ++t) {
         // Both tiles' addresses from `it` (uniform), not carried over from the last iteration: a
         // carried pointer left V's descriptors off the uniform datapath (perf-notes item 133).
         const T* k_cur = wait_tile(it + 1, 0);
@@ -528,7 +547,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         sm90::named_barrier_arrive(next_turn, kTurnThreads);
         sm90::wgmma_wait<1>();  // S of tile t is done; P V of tile t - 1 may still run
         release(empty_k, it + 1);
-        if (t == num_tiles - 1) release_q();
+        if (t == my_tiles - 1) release_q();
 #pragma unroll
         for (int j = 0; j < kSTile / 2; ++j) sm90::fence_operand(s[j]);
         softmax(s, t, scale);
@@ -565,6 +584,19 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       fence_o();
       release(empty_v, it);
       ++it;
+      // Tiles past this warpgroup's keys (my_tiles above): each stage is released only once its
+      // copies have landed (an arrival before the producer refilled the stage would count toward
+      // its previous use), and each turn is still taken: the ring pairs the consumers' turns one
+      // to one, num_tiles + 1 an item each.
+#pragma unroll 1
+      for (int t = my_tiles; t < num_tiles; ++t, ++it) {
+        wait_tile(it, 0);
+        wait_tile(it, 1);
+        release(empty_k, it);
+        release(empty_v, it);
+        sm90::named_barrier_sync(my_turn, kTurnThreads);
+        sm90::named_barrier_arrive(next_turn, kTurnThreads);
+      }
     }
 
     // kSplitKeys: consumer 1 hands its state (m, d, then O in two halves) to consumer 0 through

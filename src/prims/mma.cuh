@@ -30,6 +30,10 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {

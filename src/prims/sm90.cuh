@@ -87,10 +87,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 // Named barrier `id` (1..15; 0 is __syncthreads) completing when `threads` threads arrived:
-// sync waits for it, arrive only counts this warp in.
-__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+// sync (prims::named_barrier_sync, mma.cuh) waits for it, arrive only counts this warp in.
+using prims::named_barrier_sync;
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

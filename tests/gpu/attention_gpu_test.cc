@@ -694,6 +694,38 @@ TEST(GpuPrefill, SmallPageBoxesHeadDim256) {
   }
 }
 
+// Causal MHA items at head_dim 256 whose first consumer warpgroup's rows end a whole 64-key tile
+// before the item's keys do: on the sm_90a kernel that warpgroup skips the tiles past its keys
+// (waits for them, releases them, takes their turns). Queries aligned to the end of the keys
+// (the first warpgroup skips one tile an item) or after a cached prefix of 64 or 37 keys (the
+// boundary between the warpgroups' last tiles moves); 8 / 2 heads (a skip only where a tile
+// boundary falls between the two warpgroups' last rows); a request of one token and one of 65;
+// contiguous (TMA), pages of 32 (one box a page) and 16 (gathers), both layouts. MHA's 160 items
+// on at most one CTA an SM: several items a CTA, so skipped turns must keep the consumers' turn
+// ring paired across items. Small enough for racecheck.
+TEST(GpuPrefill, CausalTilesPastAWarpgroupsRowsHeadDim256) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 256)) GTEST_SKIP() << "head_dim 256 is not built (-DGQATTN_HEAD_DIMS)";
+  struct Case {
+    Heads h;
+    int prefix, page_size;
+  };
+  const Case cases[] = {{Heads{16, 16}, 0, 0},  {Heads{16, 16}, 0, 32}, {Heads{16, 16}, 0, 16}, {Heads{16, 16}, 37, 0},
+                        {Heads{16, 16}, 64, 16}, {Heads{8, 2}, 0, 0},    {Heads{8, 2}, 37, 16}};
+  const std::vector<int32_t> qo = {520, 1, 65, 300};
+  uint64_t seed = 3300;
+  for (const Case& c : cases) {
+    std::vector<int32_t> kv;
+    for (int32_t n : qo) kv.push_back(n + c.prefix);
+    SCOPED_TRACE("heads " + std::to_string(c.h.qo) + "/" + std::to_string(c.h.kv) + " prefix " +
+                 std::to_string(c.prefix) + " page " + std::to_string(c.page_size));
+    check_prefill(info.dtypes[seed % info.dtypes.size()], c.h, 256, c.page_size, true,
+                  seed % 2 ? KVLayout::kHND : KVLayout::kNHD, qo, kv, seed);
+    ++seed;
+  }
+}
+
 // More work items than the sm_90a kernel's persistent CTAs (one an SM): each CTA runs several
 // items back to back, the next item's Q and first K/V tile loaded while the current one finishes
 // (on hd <= 128 its first S GEMM issued with the last P V of the one before). Items of one K/V
