@@ -7,16 +7,15 @@
 # Steps, in the plan's order (device seconds estimated); several may run in one call, one after
 # another (each tars its own logs):
 # (Steps h1 and h2, items 195 + 197, ran in session 38 and landed: perf-notes item 199.)
-#   l189  item 189 (sm90-skip-masked-tiles, measured a win in session 38) applied to this tree: the
-#         GPU tests at hd 80 / 128 / 256 (gpu_check.sh build test), before it lands (~150 s)
+#   v201  main after items 187 + 189 landed on SASS identity with their session-38 binaries (perf-notes
+#         item 201): the GPU tests at hd 64 / 80 / 128 / 256 and the sanitizers, whose racecheck
+#         names both items' tests (gpu_check.sh build test sanitize, ~300 s)
 #   w200  item 200 (decode-stages-hd80-96): wip_check.sh at hd 80 / 96 / 112 on the head-dims decode
 #         sweep with its GPU tests; then, on main's binary, the wave rows
 #         (bench/sweeps/ab/decode_waves_hd128.csv: GQA-8 at 32-150 requests, where the unsplit plan
 #         ends in a partial wave) and ncu of hd80 MHA 16 x 8K (~380 s)
-#   w187  wip_check.sh of item 187 (decode-warp-private-kv, rebased in session 39) at hd 128 / 64 /
-#         256 with racecheck (~400 s)
 #   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
-#         in session 39) on main + 189 at hd256 with racecheck (~300 s)
+#         in session 39) at hd256 with racecheck (~300 s)
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -29,16 +28,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh l189|w200|w187|w192|e188|land|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|w200|w192|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/sm90-skip-masked-tiles.patch wip/sm90-hd256-staged-o.patch")
+STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
-W187=("wip/decode-warp-private-kv.patch@bench/sweeps/ab/decode_warp_private.csv@1@GpuDecode.BitwiseDeterministic:GpuDecode.ManyRequestsOnTheSmallTileFamily")
 W192=("wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.StagedOutputKeyLimitHeadDim256")
 W200=("wip/decode-stages-hd80-96.patch@bench/sweeps/head_dims/decode.csv@2@")
-L189=("wip/sm90-skip-masked-tiles.patch@bench/sweeps/ab/prefill_causal_hd256.csv@1@GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256")
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
 below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
   local s p
@@ -79,7 +76,7 @@ if [[ $step == check ]]; then
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
   [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for w200) is missing"; status=1; }
-  for spec in "${W187[@]}" "${W192[@]}" "${W200[@]}" "${L189[@]}"; do  # patch@sweep@rounds@gtest-filter
+  for spec in "${W192[@]}" "${W200[@]}"; do  # patch@sweep@rounds@gtest-filter
     IFS=@ read -r patch sweep _ filter <<< "$spec"
     [[ -f $sweep ]] || { echo "device_plan check: $sweep (for $patch) is missing"; status=1; }
     # shellcheck disable=SC2046
@@ -128,14 +125,9 @@ tree_with() {  # tree_with DIR PATCH...
 }
 
 case $step in
-  l189)
-    IFS=@ read -r patch _ _ filter <<< "${L189[0]}"
-    tree_with /tmp/dp-l189 "$patch" || exit 1
-    (cd /tmp/dp-l189 && GQATTN_HEAD_DIMS="80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
-      scripts/gpu_check.sh build test)
-    rc=$?
-    grep -E "$filter" -A2 "$L/ctest.log" | head -3  # (ctest's device_plan_ready fails in a patched tree)
-    exit $rc
+  v201)
+    GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
+      scripts/gpu_check.sh build test sanitize
     ;;
   w200)
     rc=0
@@ -146,12 +138,8 @@ case $step in
     NCU_TIMEOUT=90 LOG_DIR=$L/ncu scripts/ncu_decode.sh $B "decode,bf16,32,32,80,16,16,1,8192,1"
     exit $rc
     ;;
-  w187)
-    LOG_DIR=$L WIP_HEAD_DIMS="128;64;256" scripts/wip_check.sh "${W187[@]}"
-    ;;
   w192)
-    # Against main + 189 (192 is written on top of it, STACKS): wip_check's "main" is this tree
-    # with the patches below 192.
+    # Against this tree with the patches below 192 in STACKS (none since item 189 landed).
     # shellcheck disable=SC2046
     tree_with /tmp/dp-w192 $(below "${W192[0]%%@*}") || exit 1
     cd /tmp/dp-w192 && LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W192[@]}"
@@ -175,7 +163,7 @@ case $step in
     BENCH_FAMILIES=$fam PEERS=flex,sdpa_cudnn LOG_DIR=$L scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (l189, w200, w187, w192, e188, land, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, w200, w192, e188, land, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -75,7 +75,7 @@ if has sanitize; then
   T="$BUILD/tests/gqattn_gpu_tests"
   $SAN --tool memcheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuDecode.EveryHeadDim*:GpuDecode.WideRowsWithARequestForEverySm:GpuPrefill.EveryHeadDim*:GpuAppendKV.*:GpuMergeStates.*' \
     > "$LOG_DIR/memcheck.log" 2>&1 && echo "memcheck: clean" || { status=1; tail -30 "$LOG_DIR/memcheck.log"; }
-  $SAN --tool racecheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.ManyItemsPerCta:GpuPrefill.WideItemsAtHeadDim64' \
+  $SAN --tool racecheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.ManyItemsPerCta:GpuPrefill.WideItemsAtHeadDim64:GpuDecode.ManyRequestsOnTheSmallTileFamily:GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256' \
     > "$LOG_DIR/racecheck.log" 2>&1 && echo "racecheck: clean" || { status=1; tail -30 "$LOG_DIR/racecheck.log"; }
   $SAN --tool synccheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.WideItemsAtHeadDim64' \
     > "$LOG_DIR/synccheck.log" 2>&1 && echo "synccheck: clean" || { status=1; tail -30 "$LOG_DIR/synccheck.log"; }
