@@ -25,7 +25,6 @@ Candidates sampling_candidates(const float* logits, int vocab_size, const Sampli
     c.probs = {1.0};
     return c;
   }
-  GQ_CHECK(params.top_k >= 0, "sampler: top_k (", params.top_k, ") must be >= 0");
   GQ_CHECK(params.top_p > 0.f && params.top_p <= 1.f, "sampler: top_p (", params.top_p, ") must be in (0, 1]");
   const int k = params.top_k > 0 ? std::min(params.top_k, vocab_size) : vocab_size;
   std::vector<int32_t> order(static_cast<size_t>(vocab_size));

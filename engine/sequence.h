@@ -10,7 +10,7 @@ namespace gqattn::engine {
 
 struct SamplingParams {
   float temperature = 0.f;   // <= 0: greedy
-  int top_k = 0;             // 0: the whole vocabulary
+  int top_k = 0;             // <= 0 (vLLM's -1 included) or >= the vocabulary: the whole vocabulary
   float top_p = 1.f;         // nucleus: the smallest set of tokens with this much probability
   uint64_t seed = 0;         // with the request id, fixes every random draw of the request
   int max_new_tokens = 16;   // output length (reached exactly unless EOS stops it first)

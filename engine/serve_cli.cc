@@ -60,7 +60,7 @@ generate flags:
   --model NAME               (default tiny)
   --prompt 1,2,3             prompt token ids (required)
   --max-new-tokens N         (default 16)
-  --temperature X --top-k N --top-p X   sampling (default greedy)
+  --temperature X --top-k N --top-p X   sampling (default greedy; top-k <= 0 and top-p 1 are off)
 common flags:
   --device auto|cpu|cuda     (auto: cuda when a GPU is usable)
   --seed N                   weights, prompts and sampling (default 0)
@@ -174,7 +174,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--prompt") opt.prompt = parse_token_list(flag, value);
     else if (flag == "--max-new-tokens") opt.max_new_tokens = parse_int(flag, value, 1);
     else if (flag == "--temperature") opt.temperature = float(parse_double(flag, value, 0));
-    else if (flag == "--top-k") opt.top_k = parse_int(flag, value, 0);
+    else if (flag == "--top-k") opt.top_k = parse_int(flag, value);
     else if (flag == "--top-p") {
       opt.top_p = float(parse_double(flag, value, 0));
       if (opt.top_p <= 0.f || opt.top_p > 1.f) throw UsageError{"--top-p: must be in (0, 1], got " + value};

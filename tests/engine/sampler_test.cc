@@ -53,6 +53,21 @@ TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_EQ(sampling_candidates(l.data(), 5, p).tokens, (std::vector<int32_t>{1}));
 }
 
+// As vLLM and Hugging Face users expect: top_k <= 0 (vLLM's -1 included) or >= the vocabulary is off.
+TEST(Sampler, TopKOutsideOneToVocabIsOff) {
+  const std::vector<float> l = logits_of({0.05, 0.3, 0.1, 0.25, 0.2, 0.1});
+  SamplingParams p;
+  p.temperature = 1.f;
+  const Candidates all = sampling_candidates(l.data(), 6, p);
+  EXPECT_EQ(all.tokens.size(), 6u);
+  for (int k : {-1, -100, 6, 1000}) {
+    p.top_k = k;
+    const Candidates c = sampling_candidates(l.data(), 6, p);
+    EXPECT_EQ(c.tokens, all.tokens) << "top_k " << k;
+    EXPECT_EQ(c.probs, all.probs) << "top_k " << k;
+  }
+}
+
 TEST(Sampler, FrequenciesFollowTheTemperedDistribution) {
   const std::vector<double> probs = {0.1, 0.2, 0.3, 0.4};
   const std::vector<float> l = logits_of(probs);
