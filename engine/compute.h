@@ -116,7 +116,8 @@ class Compute {
   virtual void swiglu(const TensorView& gate_up, const TensorView& out) = 0;
   // out[r, :] = x[rows[r], :]. rows int32 [m]; x, out of one dtype.
   virtual void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) = 0;
-  // tokens[r] = the index of row r's largest value (smallest index on ties). logits fp32 [m, vocab].
+  // tokens[r] = the index of row r's largest value (smallest index on ties; NaN counts as -inf).
+  // logits fp32 [m, vocab].
   virtual void argmax(const TensorView& logits, const TensorView& tokens) = 0;
   // The "expand" reference attention's copy: for i in [0, kv.kv_page_indptr[batch]), page
   // kv.kv_page_indices[i] of kv's pools is copied to page i of dst_k / dst_v, each query head h

@@ -380,7 +380,8 @@ __global__ void gather_rows_vec_kernel(const uint4* x, int64_t x_stride, const i
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) dst[c] = src[c];
 }
 
-// One block per row: the largest value, the smallest index among equal ones.
+// One block per row: the largest value, the smallest index among equal ones; NaN counts as -inf
+// (engine::argmax's rule).
 __global__ void argmax_kernel(const float* logits, int64_t stride, int vocab, int32_t* tokens) {
   __shared__ float best_v[kArgmaxThreads];
   __shared__ int best_i[kArgmaxThreads];
@@ -388,7 +389,7 @@ __global__ void argmax_kernel(const float* logits, int64_t stride, int vocab, in
   float v = -INFINITY;
   int idx = vocab;  // no candidate yet
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float x = row[j];
+    const float x = isnan(row[j]) ? -INFINITY : row[j];
     if (idx == vocab || x > v) {
       v = x;
       idx = j;

@@ -11,7 +11,8 @@
 
 namespace gqattn::engine {
 
-// Greedy: the index of the largest logit, the smallest such index on ties.
+// Greedy: the index of the largest logit, the smallest such index on ties. A NaN logit counts as
+// -inf here and in sampling.
 int32_t argmax(const float* logits, int vocab_size);
 
 // The tokens that can be drawn under `params` and their probabilities (summing to 1), in

@@ -1,7 +1,8 @@
-// The sampler: greedy ties, top-k and top-p support, temperature, seeded determinism.
-// Layer: tests (label cpu).
+// The sampler: greedy ties, top-k and top-p support, temperature, seeded determinism, non-finite
+// logits. Layer: tests (label cpu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -66,6 +67,38 @@ TEST(Sampler, TopKOutsideOneToVocabIsOff) {
     EXPECT_EQ(c.tokens, all.tokens) << "top_k " << k;
     EXPECT_EQ(c.probs, all.probs) << "top_k " << k;
   }
+}
+
+// A NaN logit counts as -inf, wherever it is; tokens at -inf (masked) are never candidates and
+// never drawn; +inf logits share the probability. Probabilities stay finite.
+TEST(Sampler, NonFiniteLogits) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  for (const std::vector<float>& l : {std::vector<float>{nan, 1.f, 2.f}, std::vector<float>{1.f, nan, 2.f},
+                                      std::vector<float>{2.f, 1.f, nan}})
+    EXPECT_EQ(l[size_t(argmax(l.data(), 3))], 2.f);
+  const std::vector<float> all_nan = {nan, nan, nan};
+  EXPECT_EQ(argmax(all_nan.data(), 3), 0);
+
+  SamplingParams p;
+  p.temperature = 1.f;
+  const auto expect_candidates = [&](const std::vector<float>& l, const std::vector<int32_t>& tokens) {
+    const Candidates c = sampling_candidates(l.data(), int(l.size()), p);
+    EXPECT_EQ(c.tokens, tokens);
+    double sum = 0;
+    for (double q : c.probs) {
+      EXPECT_TRUE(std::isfinite(q) && q > 0) << q;
+      sum += q;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+    for (int i = 0; i < 200; ++i) {
+      const int32_t t = sample(l.data(), int(l.size()), p, 1, i);
+      EXPECT_NE(std::find(tokens.begin(), tokens.end(), t), tokens.end()) << "drew " << t;
+    }
+  };
+  expect_candidates({nan, 1.f, 1.f, nan}, {1, 2});
+  expect_candidates({1.f, inf, 2.f, inf}, {1, 3});
+  // Six equal logits: their probabilities sum to 1 - 1e-16, short of top_p = 1 by rounding.
+  expect_candidates({0.f, -inf, 0.f, 0.f, 0.f, 0.f, -inf, 0.f}, {0, 2, 3, 4, 5, 7});
 }
 
 TEST(Sampler, FrequenciesFollowTheTemperedDistribution) {
