@@ -37,6 +37,7 @@ int64_t Engine::add_request(const std::vector<int32_t>& prompt, const SamplingPa
     GQ_CHECK(prompt[i] >= 0 && prompt[i] < m.vocab_size, "request: prompt token ", i, " (", prompt[i],
              ") is outside the vocabulary [0, ", m.vocab_size, ")");
   GQ_CHECK(params.max_new_tokens >= 1, "request: max_new_tokens (", params.max_new_tokens, ") must be >= 1");
+  validate(params);
   const int64_t total = int64_t(prompt.size()) + params.max_new_tokens;
   GQ_CHECK(total <= runner_->max_model_len(), "request: ", prompt.size(), " prompt + ", params.max_new_tokens,
            " new tokens exceed max_model_len (", runner_->max_model_len(), ")");

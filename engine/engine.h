@@ -52,8 +52,8 @@ class Engine {
   Engine(std::unique_ptr<ModelRunner> runner, bool enable_prefix_caching = false, bool overlap_steps = true);
 
   // Queues a request; returns its id (ids grow with arrival). Throws gqattn::Error for an empty
-  // prompt, a token outside the vocabulary, max_new_tokens < 1, or a request longer than
-  // max_model_len or than the whole K/V pool.
+  // prompt, a token outside the vocabulary, max_new_tokens < 1, sampling parameters the sampler
+  // rejects (validate), or a request longer than max_model_len or than the whole K/V pool.
   int64_t add_request(const std::vector<int32_t>& prompt, const SamplingParams& params);
   // Runs one step to its sampled tokens. With step overlap the step after it may already be
   // queued when this returns (the next call then starts there).

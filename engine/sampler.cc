@@ -17,6 +17,11 @@ double logit_value(float logit) { return std::isnan(logit) ? -INFINITY : double(
 
 }  // namespace
 
+void validate(const SamplingParams& params) {
+  GQ_CHECK(std::isfinite(params.temperature), "sampler: temperature (", params.temperature, ") must be finite");
+  GQ_CHECK(params.top_p > 0.f && params.top_p <= 1.f, "sampler: top_p (", params.top_p, ") must be in (0, 1]");
+}
+
 int32_t argmax(const float* logits, int vocab_size) {
   int32_t best = 0;
   for (int32_t i = 1; i < vocab_size; ++i)
@@ -26,13 +31,13 @@ int32_t argmax(const float* logits, int vocab_size) {
 
 Candidates sampling_candidates(const float* logits, int vocab_size, const SamplingParams& params) {
   GQ_CHECK(vocab_size >= 1, "sampler: vocab_size (", vocab_size, ") must be >= 1");
+  validate(params);
   Candidates c;
   if (params.greedy()) {
     c.tokens = {argmax(logits, vocab_size)};
     c.probs = {1.0};
     return c;
   }
-  GQ_CHECK(params.top_p > 0.f && params.top_p <= 1.f, "sampler: top_p (", params.top_p, ") must be in (0, 1]");
   const int k = params.top_k > 0 ? std::min(params.top_k, vocab_size) : vocab_size;
   std::vector<int32_t> order(static_cast<size_t>(vocab_size));
   std::iota(order.begin(), order.end(), 0);

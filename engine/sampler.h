@@ -11,6 +11,10 @@
 
 namespace gqattn::engine {
 
+// Throws gqattn::Error when top_p is outside (0, 1] or the temperature is not finite, greedy or
+// not. Engine::add_request calls it, so that a request the sampler would reject is never queued.
+void validate(const SamplingParams& params);
+
 // Greedy: the index of the largest logit, the smallest such index on ties. A NaN logit counts as
 // -inf here and in sampling.
 int32_t argmax(const float* logits, int vocab_size);

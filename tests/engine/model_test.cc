@@ -205,6 +205,12 @@ TEST(Engine, RejectsImpossibleRequests) {
   p.max_new_tokens = 0;
   EXPECT_THROW(engine.add_request({1}, p), Error);
   p.max_new_tokens = 7;
+  // Sampling parameters the sampler rejects: queued, the request would fail every later step.
+  SamplingParams bad = p;
+  bad.temperature = 1.f;
+  bad.top_p = 0.f;
+  EXPECT_THROW(engine.add_request({1}, bad), Error);
+  EXPECT_FALSE(engine.has_unfinished());
   engine.add_request(std::vector<int32_t>(10, 1), p);  // 16 tokens stored: fits exactly
   engine.run();
   EXPECT_FALSE(engine.has_unfinished());

@@ -1,5 +1,5 @@
 // The sampler: greedy ties, top-k and top-p support, temperature, seeded determinism, non-finite
-// logits. Layer: tests (label cpu).
+// logits and parameter validation. Layer: tests (label cpu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "gqattn/error.h"
 #include "sampler.h"
 
 namespace gqattn::engine {
@@ -99,6 +100,23 @@ TEST(Sampler, NonFiniteLogits) {
   expect_candidates({1.f, inf, 2.f, inf}, {1, 3});
   // Six equal logits: their probabilities sum to 1 - 1e-16, short of top_p = 1 by rounding.
   expect_candidates({0.f, -inf, 0.f, 0.f, 0.f, 0.f, -inf, 0.f}, {0, 2, 3, 4, 5, 7});
+}
+
+TEST(Sampler, RejectsInvalidParameters) {
+  SamplingParams p;
+  validate(p);
+  p.temperature = -1.f;  // greedy
+  p.top_k = -1;
+  validate(p);
+  for (float top_p : {0.f, -0.5f, 1.5f, std::nanf("")}) {
+    p.top_p = top_p;
+    EXPECT_THROW(validate(p), Error) << "top_p " << top_p;
+  }
+  p.top_p = 1.f;
+  for (float t : {std::nanf(""), INFINITY}) {
+    p.temperature = t;
+    EXPECT_THROW(validate(p), Error) << "temperature " << t;
+  }
 }
 
 TEST(Sampler, FrequenciesFollowTheTemperedDistribution) {
