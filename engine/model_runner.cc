@@ -70,7 +70,9 @@ ModelRunner::ModelRunner(std::unique_ptr<Compute> compute, const RunnerConfig& c
   GQ_CHECK(config_.max_num_batched_tokens >= config_.max_num_seqs, "--max-num-batched-tokens (",
            config_.max_num_batched_tokens, ") must be >= max_num_seqs (", config_.max_num_seqs, ")");
   GQ_CHECK(config_.kv_pool_gib >= 0, "--kv-pool-gib: must be > 0, got ", config_.kv_pool_gib);
-  max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : m.max_position;
+  GQ_CHECK(config_.max_model_len <= m.max_position, "max_model_len (", config_.max_model_len,
+           " tokens per request, prompt + generated) exceeds max_position (", m.max_position, ") of ", m.name);
+  max_model_len_ = config_.max_model_len > 0 ? int(config_.max_model_len) : m.max_position;
 
   const bool graphs = config_.cuda_graph && compute_->supports_graphs();
   if (graphs) {
@@ -79,7 +81,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Compute> compute, const RunnerConfig& c
   }
   max_batch_ = graphs ? std::max(buckets_.back(), config_.max_num_seqs) : config_.max_num_seqs;
   max_tokens_ = std::max(config_.max_num_batched_tokens, max_batch_);
-  max_step_pages_ = int64_t(max_batch_) * ((max_model_len_ + config_.page_size - 1) / config_.page_size);
+  max_step_pages_ = int64_t(max_batch_) * ((int64_t(max_model_len_) + config_.page_size - 1) / config_.page_size);
   GQ_CHECK(max_step_pages_ <= INT32_MAX, "max_num_seqs x max_model_len: too many pages per step");
 
   allocate_weights();
@@ -228,7 +230,8 @@ void ModelRunner::allocate_pool() {
     pages = bytes / page_bytes_;
   } else {
     // Room for every request at its longest at once, within what the device leaves.
-    const int64_t wanted = int64_t(config_.max_num_seqs) * ((max_model_len_ + config_.page_size - 1) / config_.page_size);
+    const int64_t wanted =
+        int64_t(config_.max_num_seqs) * ((int64_t(max_model_len_) + config_.page_size - 1) / config_.page_size);
     pages = std::min(wanted, (cuda ? usable : kDefaultCpuPoolBytes) / page_bytes_);
   }
   pages = std::min<int64_t>(pages, INT32_MAX);

@@ -32,7 +32,8 @@ struct RunnerConfig {
                                   // memory (CUDA) or kDefaultCpuPoolBytes (CPU)
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
-  int max_model_len = 0;          // 0: model.max_position
+  int64_t max_model_len = 0;      // prompt + generated tokens of a request, at most model.max_position
+                                  // (0: model.max_position)
   bool cuda_graph = true;
 };
 

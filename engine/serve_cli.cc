@@ -260,7 +260,7 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
   rc.max_num_seqs = opt.max_num_seqs > 0 ? opt.max_num_seqs : opt.requests;
   rc.max_num_batched_tokens = opt.max_num_batched_tokens > 0 ? opt.max_num_batched_tokens
                                                              : std::max(kDefaultBatchedTokens, rc.max_num_seqs);
-  rc.max_model_len = opt.prompt_len + opt.output_len;
+  rc.max_model_len = int64_t(opt.prompt_len) + opt.output_len;
   std::fflush(stdout);
   Engine engine(std::make_unique<ModelRunner>(std::move(compute), rc), opt.prefix_caching,
                 !env_flag("GQATTN_DISABLE_STEP_OVERLAP"));
@@ -377,7 +377,7 @@ int generate(const Options& given) {
   RunnerConfig rc = runner_config(opt, model, device);
   rc.max_num_seqs = 1;
   rc.max_num_batched_tokens = std::max(kDefaultBatchedTokens, int(opt.prompt.size()));
-  rc.max_model_len = int(opt.prompt.size()) + opt.max_new_tokens;
+  rc.max_model_len = int64_t(opt.prompt.size()) + opt.max_new_tokens;
   EngineConfig ec;
   ec.runner = rc;
   ec.device = device;

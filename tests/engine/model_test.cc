@@ -231,6 +231,9 @@ TEST(Engine, ConfigurationErrorsNameTheFlag) {
   rc.attention = "flash";
   EXPECT_NE(message([&] { test::make_runner(rc); }).find("--attention"), std::string::npos);
   rc = test::tiny_runner_config();
+  rc.max_model_len = int64_t(rc.model.max_position) + 1;  // longer than the model is used for
+  EXPECT_NE(message([&] { test::make_runner(rc); }).find("max_position"), std::string::npos);
+  rc = test::tiny_runner_config();
   rc.num_pages = 0;
   rc.kv_pool_gib = 1e-9;
   EXPECT_NE(message([&] { test::make_runner(rc); }).find("--kv-pool-gib"), std::string::npos);
