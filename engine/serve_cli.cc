@@ -106,6 +106,13 @@ struct Options {
   float top_p = 1.f;
 };
 
+// A finite number > 0.
+double parse_positive(const std::string& flag, const std::string& value) {
+  const double v = parse_double(flag, value, -INFINITY);
+  if (v <= 0) throw UsageError{flag + ": must be > 0, got " + value};
+  return v;
+}
+
 std::vector<int32_t> parse_token_list(const std::string& flag, const std::string& value) {
   std::vector<int32_t> out;
   std::istringstream is(value);
@@ -163,14 +170,11 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--requests") { opt.requests = parse_int(flag, value, 1); opt.size_given = true; }
     else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value, 1); opt.size_given = true; }
     else if (flag == "--output-len") { opt.output_len = parse_int(flag, value, 1); opt.size_given = true; }
-    else if (flag == "--kv-pool-gib") {
-      opt.kv_pool_gib = parse_double(flag, value, 0);
-      if (opt.kv_pool_gib <= 0) throw UsageError{"--kv-pool-gib: must be > 0, got " + value};
-    }
+    else if (flag == "--kv-pool-gib") opt.kv_pool_gib = parse_positive(flag, value);
     else if (flag == "--csv") opt.csv = value;
     else if (flag == "--max-num-seqs") opt.max_num_seqs = parse_int(flag, value, 1);
     else if (flag == "--max-num-batched-tokens") opt.max_num_batched_tokens = parse_int(flag, value, 1);
-    else if (flag == "--bandwidth-gbps") opt.bandwidth_gbps = parse_double(flag, value, 1e-9);
+    else if (flag == "--bandwidth-gbps") opt.bandwidth_gbps = parse_positive(flag, value);
     else if (flag == "--prompt") opt.prompt = parse_token_list(flag, value);
     else if (flag == "--max-new-tokens") opt.max_new_tokens = parse_int(flag, value, 1);
     else if (flag == "--temperature") opt.temperature = float(parse_double(flag, value, 0));
