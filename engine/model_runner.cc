@@ -222,6 +222,9 @@ void ModelRunner::allocate_pool() {
   if (config_.num_pages > 0) {
     pages = config_.num_pages;
   } else if (config_.kv_pool_gib > 0) {
+    // Checked as a double first: converting a value past INT64_MAX to int64_t is undefined.
+    GQ_CHECK(config_.kv_pool_gib * kGiB < 0x1p62, "--kv-pool-gib: ", config_.kv_pool_gib,
+             " GiB is more than any pool can hold");
     const int64_t bytes = int64_t(config_.kv_pool_gib * kGiB);
     GQ_CHECK(bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib, " GiB does not fit: ", double(free) / kGiB,
              " GiB of device memory are free after the weights (", double(weight_bytes_) / kGiB,
