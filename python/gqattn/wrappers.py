@@ -21,7 +21,6 @@ _DTYPE_ALIASES = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32",
 }
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
 
@@ -77,33 +76,37 @@ def _dtype_name(dtype: Any, arg: str = "dtype") -> str:
     return name
 
 
-def _int(value: Any, arg: str) -> int:
+def _int(value: Any, arg: str, bits: int = 32) -> int:
+    """An int (not a bool) that fits in a signed `bits`-bit integer (what the C++ argument holds)."""
     try:
-        return operator.index(value)
+        result = None if isinstance(value, bool) else operator.index(value)
     except TypeError:
-        raise TypeError(f"{arg}: expected an int, got {type(value).__name__}") from None
+        result = None
+    if result is None:
+        raise TypeError(f"{arg}: expected an int, got {type(value).__name__}")
+    if not -(1 << (bits - 1)) <= result < 1 << (bits - 1):
+        raise ValueError(f"{arg} ({result}) does not fit in int{bits}")
+    return result
 
 
 def _host_ints(values: Any, arg: str) -> list:
     """A 1-D host list of int32 values from a list, tuple, numpy array or tensor (copied once)."""
-    if values is None:
-        raise TypeError(f"{arg}: expected a 1-D sequence of ints, got None")
     ndim = getattr(values, "ndim", 1)
     if ndim != 1:
         raise ValueError(f"{arg}: expected 1 dim, got {ndim}")
-    items = values.tolist() if hasattr(values, "tolist") else list(values)
-    out = []
-    for i, v in enumerate(items):
-        if isinstance(v, float) or isinstance(v, bool):
-            raise TypeError(f"{arg}[{i}]: expected an int, got {type(v).__name__}")
-        try:
-            v = operator.index(v)
-        except TypeError:
-            raise TypeError(f"{arg}[{i}]: expected an int, got {type(v).__name__}") from None
-        if not _INT32_MIN <= v <= _INT32_MAX:
-            raise ValueError(f"{arg}[{i}] ({v}) does not fit in int32")
-        out.append(v)
-    return out
+    try:
+        items = values.tolist() if hasattr(values, "tolist") else list(values)
+    except TypeError:
+        raise TypeError(f"{arg}: expected a 1-D sequence of ints, got {type(values).__name__}") from None
+    return [_int(v, f"{arg}[{i}]") for i, v in enumerate(items)]
+
+
+def _shape(x: Any, arg: str) -> Tuple[int, ...]:
+    """x's shape; TypeError naming `arg` when x is not a tensor (as _C says for such an argument)."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise TypeError(f"{arg}: expected a DLPack tensor (torch, numpy, cupy, jax), got {type(x).__name__}")
+    return tuple(shape)
 
 
 def _device_of(x: Any) -> Tuple[str, int]:
@@ -123,7 +126,7 @@ def _stream_int(stream: Any, device: Tuple[str, int]) -> int:
         for attr in ("cuda_stream", "ptr"):
             if hasattr(stream, attr):
                 return int(getattr(stream, attr))
-        return _int(stream, "stream")
+        return _int(stream, "stream", 64)
     if device[0] != "cuda":
         return 0
     torch = _torch_module()
@@ -158,16 +161,19 @@ def _empty(like: Any, shape: Sequence[int], float32: bool = False) -> Any:
 def _outputs(q: Any, out: Any, lse: Any, want_lse: bool) -> Tuple[Any, Any]:
     """out (like q) and, when wanted, lse (fp32 [tokens, num_qo_heads]): the given ones or new ones."""
     if out is None:
-        out = _empty(q, q.shape)
+        out = _empty(q, _shape(q, "q"))
     if want_lse and lse is None:
-        lse = _empty(q, q.shape[:2], float32=True)
+        lse = _empty(q, _shape(q, "q")[:2], float32=True)
     return out, lse
 
 
 def _sm_scale(sm_scale: Optional[float]) -> float:
     if sm_scale is None:
         return 0.0
-    value = float(sm_scale)
+    try:
+        value = float(sm_scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"sm_scale: expected a float, got {type(sm_scale).__name__}") from None
     if value == 0.0:
         raise ValueError("sm_scale (0) must be nonzero (None means 1/sqrt(head_dim))")
     return value
@@ -292,7 +298,7 @@ class DecodeWrapper(_Wrapper):
             enable_cuda_graph=bool(enable_cuda_graph),
             max_num_splits=_int(max_num_splits, "max_num_splits"),
             kv_page_indices=_host_ints(kv_page_indices, "kv_page_indices") if checked else [],
-            num_pages=_int(num_pages, "num_pages") if num_pages is not None else -1,
+            num_pages=_int(num_pages, "num_pages", 64) if num_pages is not None else -1,
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
         )
@@ -384,7 +390,7 @@ class PrefillWrapper(_Wrapper):
             enable_cuda_graph=bool(enable_cuda_graph),
             max_num_splits=_int(max_num_splits, "max_num_splits"),
             kv_page_indices=_host_ints(kv_page_indices, "kv_page_indices") if checked else [],
-            num_pages=_int(num_pages, "num_pages") if num_pages is not None else -1,
+            num_pages=_int(num_pages, "num_pages", 64) if num_pages is not None else -1,
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
         )
@@ -459,14 +465,14 @@ def _release_after(workspace: Any, stream: Any) -> None:
 
 
 def _pool_dims(k_pages: Any, kv_layout: str, arg: str) -> Tuple[int, int]:
-    shape = tuple(k_pages.shape)
+    shape = _shape(k_pages, arg)
     if len(shape) != 4:
         raise ValueError(f"{arg}: expected 4 dims (a page pool in layout {kv_layout}), got {list(shape)}")
     return (shape[2], shape[1]) if kv_layout == "NHD" else (shape[1], shape[2])  # (num_kv_heads, page_size)
 
 
 def _qo_dims(q: Any) -> Tuple[int, int, int]:
-    shape = tuple(getattr(q, "shape", ()))
+    shape = _shape(q, "q")
     if len(shape) != 3:
         raise ValueError(f"q: expected 3 dims [tokens, num_qo_heads, head_dim], got {list(shape)}")
     return shape
@@ -528,7 +534,7 @@ def prefill(
     if paged:
         num_kv_heads, page_size = _pool_dims(k, kv_layout, "k")
     else:
-        shape = tuple(k.shape)
+        shape = _shape(k, "k")
         if len(shape) != 3:
             raise ValueError(f"k: expected 3 dims [kv_tokens, num_kv_heads, head_dim] (ragged), got {list(shape)}")
         num_kv_heads, page_size = shape[1], 0
@@ -578,7 +584,7 @@ def merge_states(v: Any, s: Any, v_merged: Any = None, s_merged: Any = None, str
     """Merges partial attention states over disjoint key sets: v [n, num_states, num_heads, head_dim],
     s fp32 [n, num_states, num_heads] (natural-log LSE, -inf for an empty state). Returns (v_merged
     [n, num_heads, head_dim] of v's dtype, s_merged fp32 [n, num_heads])."""
-    shape = tuple(getattr(v, "shape", ()))
+    shape = _shape(v, "v")
     if len(shape) != 4:
         raise ValueError(f"v: expected 4 dims [n, num_states, num_heads, head_dim], got {list(shape)}")
     if stream is None and _is_torch(v):
@@ -608,17 +614,21 @@ def _index_array(values: list, like: Any, shape: Optional[Tuple[int, ...]] = Non
 def block_table_to_csr(block_table: Any, kv_len: Any, page_size: int) -> Tuple[Any, Any, Any]:
     """Padded block table [batch, max_pages] (row b lists request b's pages) and kv_len [batch] ->
     (kv_page_indptr, kv_page_indices, kv_last_page_len), int32 arrays of block_table's kind."""
-    if hasattr(block_table, "tolist"):
-        rows = block_table.tolist()
-    else:
-        rows = [list(r) for r in block_table]
+    ndim = getattr(block_table, "ndim", 2)
+    if ndim != 2:
+        raise ValueError(f"block_table: expected 2 dims [batch, max_pages], got {ndim}")
+    try:
+        rows = block_table.tolist() if hasattr(block_table, "tolist") else list(block_table)
+    except TypeError:
+        raise TypeError(f"block_table: expected a 2-D table of ints, got {type(block_table).__name__}") from None
+    rows = [_host_ints(row, f"block_table[{b}]") for b, row in enumerate(rows)]
     batch = len(rows)
     max_pages = len(rows[0]) if batch else 0
     flat = []
     for b, row in enumerate(rows):
         if len(row) != max_pages:
             raise ValueError(f"block_table: row {b} holds {len(row)} pages, row 0 holds {max_pages}")
-        flat.extend(_host_ints(row, f"block_table[{b}]"))
+        flat.extend(row)
     indptr, indices, last = _C.block_table_to_csr(flat, batch, max_pages, _host_ints(kv_len, "kv_len"),
                                                   _int(page_size, "page_size"))
     return _index_array(indptr, block_table), _index_array(indices, block_table), _index_array(last, block_table)

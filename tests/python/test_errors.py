@@ -70,6 +70,7 @@ def untouched(*arrays):
      r"^kv_page_indices: is on cuda:0 but the plan is on cpu"),
     (lambda c: {"sm_scale": float("nan")}, ValueError, r"^sm_scale \(nan\) must be finite"),
     (lambda c: {"sm_scale": 0.0}, ValueError, r"^sm_scale \(0\) must be nonzero"),
+    (lambda c: {"sm_scale": "x"}, TypeError, r"^sm_scale: expected a float, got str"),
 ])
 def test_decode_run_rejects(decode_case, override, error, pattern):
     out, lse = decode_case[3], decode_case[4]
@@ -123,6 +124,10 @@ def test_wrong_layout_is_a_shape_error(decode_case):
     (dict(kv_page_indices=[0, 1, 2, 3]), ValueError, r"num_pages \(-1\) must be set when kv_page_indices is given"),
     (dict(kv_page_indices=[0, 1], num_pages=5), ValueError, r"kv_page_indices: holds 2 page ids but kv_indptr\[batch\] is 4"),
     (dict(graph_per_split=True), ValueError, r"graph_per_split: set without enable_cuda_graph"),
+    (dict(kv_page_indptr=5), TypeError, r"^kv_page_indptr: expected a 1-D sequence of ints, got int"),
+    (dict(num_qo_heads=2**40), ValueError, r"^num_qo_heads \(1099511627776\) does not fit in int32"),
+    (dict(qo_len=True), TypeError, r"^qo_len: expected an int, got bool"),
+    (dict(kv_page_indices=[0, 1, 2, 3], num_pages=2**70), ValueError, r"^num_pages \(\d+\) does not fit in int64"),
 ])
 def test_decode_plan_rejects(kwargs, error, pattern):
     args = dict(kv_page_indptr=[0, 3, 4], kv_last_page_len=[1, 2], num_qo_heads=HQ, num_kv_heads=HKV,
@@ -133,6 +138,42 @@ def test_decode_plan_rejects(kwargs, error, pattern):
         wrapper.plan(**args)
     with pytest.raises(ValueError, match=r"^plan: handle \d+ has no plan"):
         wrapper.plan_info
+
+
+@pytest.mark.parametrize("call", [
+    lambda w, q, c: w.run(q, c.k_pages, c.v_pages, c.kv_page_indptr, c.kv_page_indices, c.kv_last_page_len),
+    lambda w, q, c: gqattn.decode(q, c.k_pages, c.v_pages, c.kv_page_indptr, c.kv_page_indices, c.kv_last_page_len),
+    lambda w, q, c: gqattn.prefill(q, c.k_pages, c.v_pages, [0, 1, 2], c.kv_page_indptr, c.kv_page_indices,
+                                   c.kv_last_page_len),
+])
+@pytest.mark.parametrize("as_list", [False, True])
+def test_non_tensor_q_is_a_type_error(decode_case, call, as_list):
+    """Without out=, q's shape sizes the output: a q that is not a tensor is a TypeError naming q."""
+    wrapper, cache, q = decode_case[:3]
+    with pytest.raises(TypeError, match=r"^q: expected a DLPack tensor .* got " + ("list" if as_list else "NoneType")):
+        call(wrapper, q.tolist() if as_list else None, cache)
+
+
+def test_non_tensor_kv_is_a_type_error(decode_case):
+    cache, q = decode_case[1:3]
+    args = (cache.kv_page_indptr, cache.kv_page_indices, cache.kv_last_page_len)
+    with pytest.raises(TypeError, match=r"^k_pages: expected a DLPack tensor .* got list"):
+        gqattn.decode(q, cache.k_pages.tolist(), cache.v_pages, *args)
+    with pytest.raises(TypeError, match=r"^k: expected a DLPack tensor .* got NoneType"):
+        gqattn.prefill(q, None, None, np.array([0, 2], np.int32), np.array([0, 3], np.int32))
+    with pytest.raises(TypeError, match=r"^v: expected a DLPack tensor .* got list"):
+        gqattn.merge_states([[[[0.0]]]], [[[0.0]]])
+
+
+def test_block_table_rejects_non_tables():
+    with pytest.raises(ValueError, match=r"^block_table: expected 2 dims \[batch, max_pages\], got 1"):
+        gqattn.block_table_to_csr(np.array([1, 2], np.int32), [3], 4)
+    with pytest.raises(TypeError, match=r"^block_table\[0\]: expected a 1-D sequence of ints, got int"):
+        gqattn.block_table_to_csr([1, 2], [3], 4)
+    with pytest.raises(TypeError, match=r"^block_table: expected a 2-D table of ints, got NoneType"):
+        gqattn.block_table_to_csr(None, [3], 4)
+    with pytest.raises(ValueError, match=r"^page_size \(4294967296\) does not fit in int32"):
+        gqattn.block_table_to_csr([[1]], [3], 2**32)
 
 
 def test_checked_mode_accepts_valid_ids():
