@@ -284,6 +284,7 @@ class DecodeWrapper(_Wrapper):
         with other lengths (same workspace, batch and qo_len). graph_per_split (with
         enable_cuda_graph): run() launches the split-KV merge only when the plan split
         (plan_info.split), so keep one graph per value of plan_info.split."""
+        kv_layout = _check_layout(kv_layout)  # before planning: a CUDA plan overwrites the workspace
         checked = kv_page_indices is not None
         plan = _C.decode_plan(
             _export(self._workspace),
@@ -302,7 +303,7 @@ class DecodeWrapper(_Wrapper):
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
         )
-        self._store(plan, _check_layout(kv_layout))
+        self._store(plan, kv_layout)
 
     def run(
         self,
@@ -375,6 +376,7 @@ class PrefillWrapper(_Wrapper):
         paged = page_size >= 1
         if paged and kv_last_page_len is None:
             raise ValueError("kv_last_page_len: required for paged K/V (page_size >= 1)")
+        kv_layout = _check_layout(kv_layout)  # before planning: a CUDA plan overwrites the workspace
         checked = kv_page_indices is not None
         plan = _C.prefill_plan(
             _export(self._workspace),
@@ -396,7 +398,7 @@ class PrefillWrapper(_Wrapper):
         )
         self._paged = paged
         self._causal = bool(causal)
-        self._store(plan, _check_layout(kv_layout))
+        self._store(plan, kv_layout)
 
     def run(
         self,

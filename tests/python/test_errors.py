@@ -176,6 +176,18 @@ def test_block_table_rejects_non_tables():
         gqattn.block_table_to_csr([[1]], [3], 2**32)
 
 
+@pytest.mark.parametrize("wrapper_type", [gqattn.DecodeWrapper, gqattn.PrefillWrapper])
+def test_bad_layout_is_rejected_before_planning(wrapper_type):
+    """A CUDA plan writes its work list into the workspace, which the wrapper's previous plan still
+    reads: plan() must reject kv_layout before it plans (here, before _C says this build has no CUDA)."""
+    wrapper = wrapper_type(FakeCudaTensor(np.zeros(64, np.uint8)))
+    indptr = dict(qo_indptr=[0, 1]) if wrapper_type is gqattn.PrefillWrapper else {}
+    kv = "kv_indptr" if wrapper_type is gqattn.PrefillWrapper else "kv_page_indptr"
+    with pytest.raises(ValueError, match=r"^kv_layout: unknown 'NDH'"):
+        wrapper.plan(**indptr, **{kv: [0, 1]}, kv_last_page_len=[3], num_qo_heads=HQ, num_kv_heads=HKV,
+                     head_dim=D, page_size=P, dtype="bf16", kv_layout="NDH")
+
+
 def test_checked_mode_accepts_valid_ids():
     wrapper = gqattn.DecodeWrapper(None)
     wrapper.plan([0, 3, 4], [1, 2], HQ, HKV, D, P, dtype="fp32", kv_page_indices=[4, 0, 2, 1], num_pages=5)
