@@ -4,7 +4,8 @@
 //
 // Conventions shared by every call:
 //   q, o:  [tokens, num_qo_heads, head_dim], bf16 or fp16 (fp32 accepted by the CPU backend),
-//          last dimension contiguous, 16-byte aligned rows on the GPU.
+//          last dimension contiguous, 16-byte aligned rows on the GPU. o may be q itself (the
+//          same view); otherwise no output may share memory with another argument.
 //   group_size = num_qo_heads / num_kv_heads; query head h reads K/V head h / group_size.
 //   lse:   optional fp32 [tokens, num_qo_heads], natural-log log-sum-exp of the scaled logits;
 //          -inf for a row that sees no key (whose output is 0).

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dispatch/cuda_backend.h"
@@ -123,6 +124,76 @@ void check_aligned(const TensorView& t, const std::string& arg, Device device) {
              " elements = ", bytes, " bytes) must be a multiple of ", kCudaAlignBytes,
              " bytes on the GPU");
   }
+}
+
+// A tensor argument and its name in messages.
+struct Named {
+  const TensorView* view;
+  std::string name;
+};
+
+// The bytes [begin, end) from t's lowest to its highest element (strides may be negative).
+std::pair<uintptr_t, uintptr_t> byte_span(const TensorView& t) {
+  int64_t low = 0, high = 0;
+  for (int d = 0; d < t.ndim; ++d) {
+    const int64_t reach = (t.shape[d] - 1) * t.strides[d];
+    (reach < 0 ? low : high) += reach;
+  }
+  const int64_t elem = int64_t(dtype_size(t.dtype));
+  const auto base = reinterpret_cast<uintptr_t>(t.data);
+  return {base + uintptr_t(low * elem), base + uintptr_t((high + 1) * elem)};
+}
+
+// The same elements in the same order: pointer, dtype, shape and (for dims of size > 1) strides.
+bool same_view(const TensorView& a, const TensorView& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
+  }
+  return true;
+}
+
+// Outputs must not share memory with each other or with an input: a later read would see a
+// value already written, or two writes would land on one element. The one exception is o = q (the
+// same view): each row of q is read before its row of o is written, by the same thread (CPU) or
+// CTA (GPU). Views that are not contiguous are compared by their first element only: their spans
+// may interleave without a common element (the K and V halves of one [pages, 2, ...] cache), so a
+// partial overlap among such views goes unseen, as in torch's checks. An output must also hold
+// distinct elements: a dim of size > 1 with stride 0 (a broadcast view) writes one memory twice.
+void check_outputs(std::initializer_list<Named> outputs, const std::vector<Named>& inputs,
+                   const TensorView* o = nullptr, const TensorView* q = nullptr) {
+  auto check_apart = [](const Named& out, const Named& other, bool may_be_same) {
+    const TensorView& a = *out.view;
+    const TensorView& b = *other.view;
+    if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return;
+    if (may_be_same && same_view(a, b)) return;
+    bool overlap = a.data == b.data;
+    if (!overlap && a.is_contiguous() && b.is_contiguous()) {
+      const auto [a_begin, a_end] = byte_span(a);
+      const auto [b_begin, b_end] = byte_span(b);
+      overlap = a_begin < b_end && b_begin < a_end;
+    }
+    GQ_CHECK(!overlap, out.name, ": shares memory with ", other.name,
+             may_be_same ? " but is not the same view (an output may be that input itself, not a part of it)"
+                         : " (an output must not overlap another argument)");
+  };
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    const TensorView& t = *out->view;
+    for (int d = 0; t.defined() && d < t.ndim; ++d) {
+      GQ_CHECK(t.shape[d] <= 1 || t.strides[d] != 0, out->name, ": dim ", d,
+               " has stride 0 (a broadcast view of ", shape_str(t), "); an output needs distinct elements");
+    }
+    for (auto other = out + 1; other != outputs.end(); ++other) check_apart(*out, *other, false);
+    for (const Named& in : inputs) check_apart(*out, in, out->view == o && in.view == q);
+  }
+}
+
+// kv's five tensors, named `name`.k_pages and so on.
+std::vector<Named> paged_tensors(const PagedKV& kv, const std::string& name) {
+  return {{&kv.k_pages, name + ".k_pages"}, {&kv.v_pages, name + ".v_pages"},
+          {&kv.kv_page_indptr, name + ".kv_page_indptr"},
+          {&kv.kv_page_indices, name + ".kv_page_indices"},
+          {&kv.kv_last_page_len, name + ".kv_last_page_len"}};
 }
 
 // A 1-D int32 index tensor with `length` entries (kAny: any), contiguous, on the device.
@@ -425,6 +496,9 @@ void validate_decode_args(const Plan& plan, const DecodeArgs& args) {
             plan.device_id, "the plan");
   GQ_CHECK(args.kv.defined(), "kv: not given (kv.k_pages is undefined)");
   check_paged(args.kv, "kv", plan);
+  std::vector<Named> inputs = paged_tensors(args.kv, "kv");
+  inputs.push_back({&args.q, "q"});
+  check_outputs({{&args.o, "o"}, {&args.lse, "lse"}}, inputs, &args.o, &args.q);
   if (plan.device == Device::kCPU) check_paged_contents(args.kv, "kv", plan);
 }
 
@@ -449,11 +523,18 @@ void validate_prefill_args(const Plan& plan, const PrefillArgs& args) {
             plan.device_id, "the plan");
   check_index(args.qo_indptr, "qo_indptr", "batch + 1", int64_t(plan.batch) + 1, plan.device,
               plan.device_id, "the plan");
+  std::vector<Named> inputs;
   if (args.paged.defined()) {
     check_paged(args.paged, "paged", plan);
+    inputs = paged_tensors(args.paged, "paged");
   } else {
     check_ragged(args.ragged, "ragged", plan);
+    inputs = {{&args.ragged.k, "ragged.k"}, {&args.ragged.v, "ragged.v"},
+              {&args.ragged.kv_indptr, "ragged.kv_indptr"}};
   }
+  inputs.push_back({&args.q, "q"});
+  inputs.push_back({&args.qo_indptr, "qo_indptr"});
+  check_outputs({{&args.o, "o"}, {&args.lse, "lse"}}, inputs, &args.o, &args.q);
   if (plan.device != Device::kCPU) return;
   const int32_t* qo_indptr = args.qo_indptr.ptr<int32_t>();
   for (int b = 0; b <= plan.batch; ++b) {
@@ -491,6 +572,10 @@ void validate_append_kv(const PagedKV& kv, const TensorView& k_new, const Tensor
   if (kv.kv_last_page_len.defined()) {
     check_index(kv.kv_last_page_len, "kv.kv_last_page_len", "batch", batch, device, device_id, ref);
   }
+  check_outputs({{&kv.k_pages, "kv.k_pages"}, {&kv.v_pages, "kv.v_pages"}},
+                {{&k_new, "k_new"}, {&v_new, "v_new"}, {&batch_indices, "batch_indices"},
+                 {&positions, "positions"}, {&kv.kv_page_indptr, "kv.kv_page_indptr"},
+                 {&kv.kv_page_indices, "kv.kv_page_indices"}, {&kv.kv_last_page_len, "kv.kv_last_page_len"}});
   if (device != Device::kCPU) return;
 
   const int32_t* indptr = kv.kv_page_indptr.ptr<int32_t>();
@@ -541,6 +626,7 @@ void validate_merge_states(const TensorView& v, const TensorView& s, const Tenso
   check_device(s, "s", device, device_id, ref);
   check_memory(s, "s");
   check_lse(s_merged, "s_merged", n, heads, "num_heads", device, device_id, ref);
+  check_outputs({{&v_merged, "v_merged"}, {&s_merged, "s_merged"}}, {{&v, "v"}, {&s, "s"}});
 }
 
 }  // namespace gqattn

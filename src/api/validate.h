@@ -22,8 +22,8 @@ constexpr int64_t kCudaAlignBytes = 16;
 // causal alignment, checked-mode page ids; for CUDA also that this build compiled the variant.
 void validate_plan_inputs(const PlanInputs& inputs, bool is_decode);
 
-// Tensors of a run against the plan they are used with: shapes, dtypes, devices, strides and
-// (CUDA) alignment. On the CPU the index tensors are also read and checked against the plan's
+// Tensors of a run against the plan they are used with: shapes, dtypes, devices, strides,
+// outputs apart from the inputs and each other (o may be q itself) and (CUDA) alignment. On the CPU the index tensors are also read and checked against the plan's
 // lengths and the page pool, so the CPU backend never reads out of bounds.
 void validate_decode_args(const Plan& plan, const DecodeArgs& args);
 void validate_prefill_args(const Plan& plan, const PrefillArgs& args);

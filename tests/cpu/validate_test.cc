@@ -411,6 +411,33 @@ TEST_F(DecodeRun, NonFiniteScale) {
   expect_rejected_untouched({"sm_scale (nan) must be finite"});
 }
 
+TEST_F(DecodeRun, OutputMayBeQ) {
+  args.o = args.q;
+  EXPECT_NO_THROW(run());
+}
+
+TEST_F(DecodeRun, OutputOverlapsQ) {
+  args.o = args.q;
+  args.o.strides[0] = 64;  // q's memory read head-major: o's rows are other rows of q
+  args.o.strides[1] = 128;
+  expect_rejected_untouched({"o: shares memory with q but is not the same view"});
+}
+
+TEST_F(DecodeRun, OutputOverlapsPool) {
+  args.o.data = args.kv.v_pages.data;
+  expect_rejected_untouched({"o: shares memory with kv.v_pages"});
+}
+
+TEST_F(DecodeRun, LseOverlapsOutput) {
+  args.lse.data = args.o.data;
+  expect_rejected_untouched({"o: shares memory with lse"});
+}
+
+TEST_F(DecodeRun, BroadcastOutput) {
+  args.o.strides[0] = 0;
+  expect_rejected_untouched({"o: dim 0 has stride 0", "an output needs distinct elements"});
+}
+
 // CUDA-only checks: the plan is described for CUDA without a GPU, the views are tagged cuda:0,
 // and validate_decode_args is called directly (it never dereferences CUDA tensors).
 class CudaAlignment : public DecodeRun {
@@ -620,6 +647,14 @@ TEST_F(AppendKvArgs, PositionsNotInt32) {
   expect_rejected_untouched({"positions: dtype is fp32, expected int32"});
 }
 
+TEST_F(AppendKvArgs, SamePoolForKAndV) {
+  PagedKV view = kv.view();
+  view.v_pages = view.k_pages;
+  expect_rejected([&] { append_kv(view, k_new.view(), v_new.view(), batch_indices.view(), positions.view()); },
+                  {"kv.k_pages: shares memory with kv.v_pages"});
+  EXPECT_TRUE(all_bytes_equal(kv.k_pages, kPoison)) << "a rejected call wrote the pools";
+}
+
 TEST_F(AppendKvArgs, PositionsWrongLength) {
   positions = HostTensor::from_int32({1, 2});
   expect_rejected_untouched({"positions: num_tokens (dim 0) is 2, expected 3"});
@@ -677,6 +712,11 @@ TEST_F(MergeArgs, LseDtype) {
 TEST_F(MergeArgs, DeviceMismatch) {
   v_merged.view().device = Device::kCUDA;
   expect_rejected_untouched({"v_merged: is on cuda:0 but v is on cpu"});
+}
+
+TEST_F(MergeArgs, MergedOverlapsInput) {
+  v_merged.view().data = v.data();
+  expect_rejected_untouched({"v_merged: shares memory with v"});
 }
 
 TEST_F(MergeArgs, Int32Values) {

@@ -156,6 +156,18 @@ def test_strided_q_and_out():
     assert np.all(out_storage[:, :, 64:] == 0)
 
 
+def test_out_may_be_q_itself():
+    """o = q (the same view) is allowed: each row of q is read before its row of o is written."""
+    rng = np.random.default_rng(12)
+    cache = make_paged(rng, [10, 3], 2, 64, 4, "NHD", np.float32)
+    q = rng.standard_normal((2, 8, 64)).astype(np.float32)
+    ref_o, _ = batch_ref([q[:1], q[1:]], cache.k, cache.v, True)
+    out = gqattn.decode(q, cache.k_pages, cache.v_pages, cache.kv_page_indptr, cache.kv_page_indices,
+                        cache.kv_last_page_len, out=q)
+    assert out is q
+    np.testing.assert_allclose(q, ref_o, **tol(np.float32))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_merge_states(dtype):
     rng = np.random.default_rng(9)
@@ -174,10 +186,14 @@ def test_merge_states(dtype):
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
-def test_append_kv_then_decode(layout):
+@pytest.mark.parametrize("one_cache", [False, True])
+def test_append_kv_then_decode(layout, one_cache):
     rng = np.random.default_rng(10)
     page_size, heads, head_dim = 4, 2, 64
     cache = make_paged(rng, [6, 9], heads, head_dim, page_size, layout, np.float32)
+    if one_cache:  # K and V pages interleaved in one [num_pages, 2, ...] tensor: outputs apart, spans not
+        both = np.stack([cache.k_pages, cache.v_pages], axis=1)
+        cache.k_pages, cache.v_pages = both[:, 0], both[:, 1]
     # Two new tokens for request 0 (positions 6, 7: page 1, rows 2 and 3), one for request 1.
     k_new = rng.standard_normal((3, heads, head_dim)).astype(np.float32)
     v_new = rng.standard_normal((3, heads, head_dim)).astype(np.float32)

@@ -1,7 +1,7 @@
 """Every rejected call through the bindings on the CPU (numpy): ValueError for bad values (shape,
-dtype mismatch between arguments, device mismatch, heads, head_dim, lengths, page ids) and
-TypeError for a non-tensor or a dtype the argument can never take, each message naming the
-argument, and the outputs (or pools) left untouched.
+dtype mismatch between arguments, device mismatch, heads, head_dim, lengths, page ids, outputs
+sharing memory with another argument) and TypeError for a non-tensor or a dtype the argument can
+never take, each message naming the argument, and the outputs (or pools) left untouched.
 Layer: tests/python (runs in CI; needs numpy and the built extension).
 """
 
@@ -77,6 +77,38 @@ def test_decode_run_rejects(decode_case, override, error, pattern):
     with pytest.raises(error, match=pattern):
         run_decode(decode_case, **override(decode_case))
     assert untouched(out, lse)
+
+
+def flat_view(base, shape, offset=0):
+    """A contiguous view of `shape` on base's memory, `offset` elements in."""
+    return base.reshape(-1)[offset:offset + int(np.prod(shape))].reshape(shape)
+
+
+def shifted_q(q):
+    """(q, out): q's values in a buffer one row longer, out the same buffer one row further on."""
+    buf = np.full((q.shape[0] + 1,) + q.shape[1:], POISON, q.dtype)
+    buf[:-1] = q
+    return buf[:-1], buf[1:]
+
+
+@pytest.mark.parametrize("override,pattern", [
+    (lambda c: {"out": np.lib.stride_tricks.as_strided(c[3], strides=(0,) + c[3].strides[1:])},
+     r"^out: dim 0 has stride 0 \(a broadcast view"),
+    (lambda c: {"lse": flat_view(c[3], c[4].shape)}, r"^out: shares memory with lse"),
+    (lambda c: dict(zip(("q", "out"), shifted_q(c[2]))), r"^out: shares memory with q but is not the same view"),
+    (lambda c: {"out": flat_view(c[1].k_pages, c[3].shape, 64)}, r"^out: shares memory with k_pages"),
+    (lambda c: {"lse": flat_view(c[2], c[4].shape)}, r"^lse: shares memory with q"),
+])
+def test_decode_run_rejects_overlapping_outputs(decode_case, override, pattern):
+    """An output sharing memory with an input or another output (or itself) gets wrong values or
+    corrupts the input: rejected, and nothing written."""
+    args = override(decode_case)
+    tensors = [decode_case[1].k_pages, decode_case[2], decode_case[3], decode_case[4]] + list(args.values())
+    before = [t.copy() for t in tensors]
+    with pytest.raises(ValueError, match=pattern):
+        run_decode(decode_case, **args)
+    for t, b in zip(tensors, before):
+        np.testing.assert_array_equal(t, b)
 
 
 def test_read_only_output_is_a_type_error(decode_case):
@@ -236,6 +268,15 @@ def test_prefill_ragged_rejects(ragged_case, override, error, pattern):
     assert untouched(out)
 
 
+def test_prefill_out_overlapping_q(ragged_case):
+    wrapper, q, k, v, qo_indptr, kv_indptr, out = ragged_case
+    q, out = shifted_q(q)
+    before = out.base.copy()
+    with pytest.raises(ValueError, match=r"^out: shares memory with q but is not the same view"):
+        wrapper.run(q, k, v, qo_indptr, kv_indptr, out=out)
+    np.testing.assert_array_equal(out.base, before)
+
+
 def test_prefill_paged_rejects():
     rng = np.random.default_rng(2)
     cache = make_paged(rng, [6, 9], HKV, D, P, "HND", np.float32)
@@ -308,6 +349,8 @@ def test_append_kv_rejects_and_writes_nothing():
          r"^k_new: is on cpu but k_pages is on cuda:0"),
         (dict(k_pages=FakeCudaTensor(cache.k_pages), v_pages=FakeCudaTensor(cache.v_pages)), ValueError,
          r"^k_pages: dtype fp32 is not supported on cuda"),
+        (dict(v_pages=cache.k_pages), ValueError, r"^k_pages: shares memory with v_pages"),
+        (dict(k_new=flat_view(cache.k_pages, k_new.shape)), ValueError, r"^k_pages: shares memory with k_new"),
     ]
     for override, error, pattern in cases:
         args = dict(base)
@@ -331,4 +374,8 @@ def test_merge_states_rejects():
         gqattn.merge_states(v, s, np.full((3, 4, 32), POISON, np.float32), s_merged)
     with pytest.raises(ValueError, match=r"^v: expected 4 dims"):
         gqattn.merge_states(v[0], s)
-    assert untouched(v_merged, s_merged)
+    with pytest.raises(ValueError, match=r"^v_merged: shares memory with s_merged"):
+        gqattn.merge_states(v, s, v_merged, flat_view(v_merged, s_merged.shape))
+    with pytest.raises(ValueError, match=r"^v_merged: shares memory with v"):
+        gqattn.merge_states(v, s, flat_view(v, v_merged.shape), s_merged)
+    assert untouched(v_merged, s_merged) and not v.any()
