@@ -148,6 +148,9 @@ def _empty(like: Any, shape: Sequence[int], float32: bool = False) -> Any:
     torch = _torch_module()
     if torch is not None and isinstance(like, torch.Tensor):
         return torch.empty(tuple(shape), dtype=torch.float32 if float32 else like.dtype, device=like.device)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(like, numpy.ndarray):  # numpy < 2 has no __array_namespace__
+        return numpy.empty(tuple(shape), dtype=numpy.float32 if float32 else like.dtype)
     if hasattr(like, "__array_namespace__"):
         xp = like.__array_namespace__()
         dtype = xp.float32 if float32 else like.dtype

@@ -142,6 +142,27 @@ def test_replan_changes_lengths():
         np.testing.assert_allclose(out, batch_ref([q[:1], q[1:]], cache.k, cache.v, True)[0], **tol(np.float32))
 
 
+class _NumpyOneArray(np.ndarray):
+    """A numpy array as numpy < 2 makes them: no __array_namespace__ (the array API came in 2.0)."""
+
+    @property
+    def __array_namespace__(self):
+        raise AttributeError("__array_namespace__")
+
+
+def test_outputs_allocated_for_numpy_without_array_api():
+    rng = np.random.default_rng(13)
+    cache = make_paged(rng, [7, 2], 2, 64, 4, "HND", np.float16)
+    q = rng.standard_normal((2, 8, 64)).astype(np.float16).view(_NumpyOneArray)
+    assert not hasattr(q, "__array_namespace__")
+    out, lse = gqattn.decode(q, cache.k_pages, cache.v_pages, cache.kv_page_indptr, cache.kv_page_indices,
+                             cache.kv_last_page_len, kv_layout="HND", return_lse=True)
+    ref_o, ref_lse = batch_ref([q[:1], q[1:]], cache.k, cache.v, True)
+    assert out.dtype == np.float16 and lse.dtype == np.float32
+    np.testing.assert_allclose(out.astype(np.float64), ref_o, **tol(np.float16))
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+
+
 def test_strided_q_and_out():
     """Views that are contiguous only in the last dimension need no copy."""
     rng = np.random.default_rng(8)
