@@ -89,15 +89,21 @@ def _int(value: Any, arg: str, bits: int = 32) -> int:
     return result
 
 
+def _host_rows(values: Any, arg: str, ndim: int, dims: str, what: str) -> list:
+    """values (a list, tuple, numpy array or tensor of `ndim` dims, named `dims` in messages) as a
+    host list of its rows; TypeError naming `arg` ("expected `what`") when it is not a sequence."""
+    got = getattr(values, "ndim", ndim)
+    if got != ndim:
+        raise ValueError(f"{arg}: expected {dims}, got {got}")
+    try:
+        return values.tolist() if hasattr(values, "tolist") else list(values)
+    except TypeError:
+        raise TypeError(f"{arg}: expected {what}, got {type(values).__name__}") from None
+
+
 def _host_ints(values: Any, arg: str) -> list:
     """A 1-D host list of int32 values from a list, tuple, numpy array or tensor (copied once)."""
-    ndim = getattr(values, "ndim", 1)
-    if ndim != 1:
-        raise ValueError(f"{arg}: expected 1 dim, got {ndim}")
-    try:
-        items = values.tolist() if hasattr(values, "tolist") else list(values)
-    except TypeError:
-        raise TypeError(f"{arg}: expected a 1-D sequence of ints, got {type(values).__name__}") from None
+    items = _host_rows(values, arg, 1, "1 dim", "a 1-D sequence of ints")
     return [_int(v, f"{arg}[{i}]") for i, v in enumerate(items)]
 
 
@@ -619,13 +625,7 @@ def _index_array(values: list, like: Any, shape: Optional[Tuple[int, ...]] = Non
 def block_table_to_csr(block_table: Any, kv_len: Any, page_size: int) -> Tuple[Any, Any, Any]:
     """Padded block table [batch, max_pages] (row b lists request b's pages) and kv_len [batch] ->
     (kv_page_indptr, kv_page_indices, kv_last_page_len), int32 arrays of block_table's kind."""
-    ndim = getattr(block_table, "ndim", 2)
-    if ndim != 2:
-        raise ValueError(f"block_table: expected 2 dims [batch, max_pages], got {ndim}")
-    try:
-        rows = block_table.tolist() if hasattr(block_table, "tolist") else list(block_table)
-    except TypeError:
-        raise TypeError(f"block_table: expected a 2-D table of ints, got {type(block_table).__name__}") from None
+    rows = _host_rows(block_table, "block_table", 2, "2 dims [batch, max_pages]", "a 2-D table of ints")
     rows = [_host_ints(row, f"block_table[{b}]") for b, row in enumerate(rows)]
     batch = len(rows)
     max_pages = len(rows[0]) if batch else 0
