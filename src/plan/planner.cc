@@ -64,7 +64,8 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   for (size_t b = 0; b < kv_len.size(); ++b) {
     base_ctas += int64_t(row_tiles[b]) * num_kv_heads;
     work_tokens += int64_t(row_tiles[b]) * num_kv_heads * kv_len[b];
-    max_kv = std::max<int64_t>(max_kv, kv_len[b]);
+    // A request without query rows (prefill, qo_len 0) has no item: its keys are no item's.
+    if (row_tiles[b] > 0) max_kv = std::max<int64_t>(max_kv, kv_len[b]);
   }
   // The GPU is already full without splitting: splitting would only add merge traffic.
   if (base_ctas >= target_ctas || max_kv == 0) return 0;

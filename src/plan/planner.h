@@ -20,7 +20,8 @@ inline constexpr double kMergeFixedKeys = 64;
 
 // How many tokens each split-KV chunk holds, or 0 for no split.
 //   base_ctas:  work items without splitting (sum over requests of row tiles x kv heads)
-//   kv_len:     keys of each request; row_tiles: row tiles of each request
+//   kv_len:     keys of each request; row_tiles: row tiles of each request (0: no item, its keys
+//               ignored)
 //   target_ctas: CTAs that fill the GPU (SMs x resident CTAs per SM)
 //   kv_tile:    keys per pipeline tile; chunks are whole tiles
 //   min_chunk:  a chunk never holds fewer keys than this (the merge must stay cheap)

@@ -143,6 +143,14 @@ TEST(ChooseKvChunk, SplittingDisabledOrPointless) {
   EXPECT_EQ(plan::choose_kv_chunk({}, {}, 1, kTargetCtas, kKvTile, kMinChunk, 0), 0);
 }
 
+// A request without query rows (prefill, qo_len 0) has no items: its keys must not count as the
+// longest item's. A 100K-key one made 300 keys split three ways, under a merge dearer than the gain.
+TEST(ChooseKvChunk, RequestsWithoutRowsDoNotCount) {
+  EXPECT_EQ(plan::choose_kv_chunk({300}, {1}, 1, kTargetCtas, 128, 128, 0, 2000), 0);
+  EXPECT_EQ(plan::choose_kv_chunk({100000, 300}, {0, 1}, 1, kTargetCtas, 128, 128, 0, 2000), 0);
+  EXPECT_EQ(plan::choose_kv_chunk({100000}, {0}, 1, kTargetCtas, 128, 128, 0), 0);
+}
+
 // ---- build_work_list ---------------------------------------------------------------------------
 
 // Checks that the work list covers each (request, kv head, row tile) exactly once per chunk,
