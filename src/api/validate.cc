@@ -236,8 +236,11 @@ void check_plan(const Plan& plan) {
            plan.qo_indptr.size(), " qo_indptr entries); pass a plan returned by decode_plan or prefill_plan");
 }
 
+// The GPU kernels fold the scale into the exponent as a positive factor, so a negative one is
+// rejected on every device (the CPU backend would take it, the GPU not).
 void check_scale(float sm_scale) {
-  GQ_CHECK(std::isfinite(sm_scale), "sm_scale (", sm_scale, ") must be finite (0 means 1/sqrt(head_dim))");
+  GQ_CHECK(std::isfinite(sm_scale) && sm_scale >= 0.f, "sm_scale (", sm_scale,
+           ") must be finite and >= 0 (0 means 1/sqrt(head_dim))");
 }
 
 int64_t pages_for(int64_t kv_len, int64_t page_size) { return (kv_len + page_size - 1) / page_size; }

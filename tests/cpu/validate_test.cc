@@ -411,6 +411,13 @@ TEST_F(DecodeRun, NonFiniteScale) {
   expect_rejected_untouched({"sm_scale (nan) must be finite"});
 }
 
+// The GPU kernels fold the scale into the exponent as a positive factor (a negative one became
+// the default 1/sqrt(head_dim) there while the CPU used it): rejected on every device.
+TEST_F(DecodeRun, NegativeScale) {
+  args.sm_scale = -0.125f;
+  expect_rejected_untouched({"sm_scale (-0.125) must be finite and >= 0"});
+}
+
 TEST_F(DecodeRun, OutputMayBeQ) {
   args.o = args.q;
   EXPECT_NO_THROW(run());
