@@ -227,6 +227,16 @@ void check_lse(const TensorView& lse, const std::string& arg, int64_t tokens, in
   check_memory(lse, arg);
 }
 
+// lse of a decode or prefill run: fp32 [total_qo, num_qo_heads]. The GPU kernels write it as one
+// contiguous array (they take no lse strides), so there it must be contiguous.
+void check_run_lse(const TensorView& lse, const Plan& plan) {
+  check_lse(lse, "lse", plan.total_qo, plan.num_qo_heads, "num_qo_heads", plan.device, plan.device_id,
+            "the plan");
+  GQ_CHECK(!lse.defined() || plan.device != Device::kCUDA || lse.is_contiguous(),
+           "lse: must be contiguous on the GPU (the kernels write its rows back to back), got strides ",
+           strides_str(lse), " for shape ", shape_str(lse));
+}
+
 // A plan as plan() returns it: the host vectors agree with batch (guards hand-made plans).
 void check_plan(const Plan& plan) {
   GQ_CHECK(plan.batch >= 0 && plan.kv_len.size() == size_t(plan.batch) &&
@@ -495,8 +505,7 @@ void validate_decode_args(const Plan& plan, const DecodeArgs& args) {
   check_scale(args.sm_scale);
   check_qo(args.q, "q", plan);
   check_qo(args.o, "o", plan);
-  check_lse(args.lse, "lse", plan.total_qo, plan.num_qo_heads, "num_qo_heads", plan.device,
-            plan.device_id, "the plan");
+  check_run_lse(args.lse, plan);
   GQ_CHECK(args.kv.defined(), "kv: not given (kv.k_pages is undefined)");
   check_paged(args.kv, "kv", plan);
   std::vector<Named> inputs = paged_tensors(args.kv, "kv");
@@ -522,8 +531,7 @@ void validate_prefill_args(const Plan& plan, const PrefillArgs& args) {
            "made for paged K/V (page_size ", plan.page_size, ")");
   check_qo(args.q, "q", plan);
   check_qo(args.o, "o", plan);
-  check_lse(args.lse, "lse", plan.total_qo, plan.num_qo_heads, "num_qo_heads", plan.device,
-            plan.device_id, "the plan");
+  check_run_lse(args.lse, plan);
   check_index(args.qo_indptr, "qo_indptr", "batch + 1", int64_t(plan.batch) + 1, plan.device,
               plan.device_id, "the plan");
   std::vector<Named> inputs;

@@ -481,6 +481,13 @@ TEST_F(CudaAlignment, MisalignedPoolStride) {
   expect_rejected([&] { check(); }, {"kv.k_pages: stride of dim 0", "multiple of 16"});
 }
 
+// The kernels write lse as one contiguous [tokens, num_qo_heads] array (no strides): a view with
+// padded rows would get its values in the wrong places. The CPU backend takes any strides.
+TEST_F(CudaAlignment, LseRowsNotContiguous) {
+  args.lse.strides[0] = 16;  // rows of 8 heads padded to 16
+  expect_rejected([&] { check(); }, {"lse: must be contiguous on the GPU", "strides [16, 1]"});
+}
+
 TEST_F(CudaAlignment, DeviceIdMismatch) {
   args.o.device_id = 1;
   expect_rejected([&] { check(); }, {"o: is on cuda:1 but the plan is on cuda:0"});
