@@ -26,7 +26,7 @@ namespace gqattn {
 
 // ---------------------------------------------------------------------------------------------
 // append_kv: writes new tokens' K/V into their page slots.
-//   k_new, v_new:   [num_tokens, num_kv_heads, head_dim], same dtype as the pools.
+//   k_new, v_new:   [num_tokens, num_kv_heads, head_dim], same dtype as the pools, same strides.
 //   batch_indices:  int32 [num_tokens], the request each token belongs to.
 //   positions:      int32 [num_tokens], the token's position in its request's KV (0-based); the
 //                   slot is page kv_page_indices[kv_page_indptr[b] + pos / page_size], row

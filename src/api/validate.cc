@@ -574,6 +574,11 @@ void validate_append_kv(const PagedKV& kv, const TensorView& k_new, const Tensor
     check_memory(*t, arg);
     check_aligned(*t, arg, device);
   }
+  for (int d = 0; d < 3; ++d) {
+    GQ_CHECK(v_new.shape[d] <= 1 || v_new.strides[d] == k_new.strides[d], "v_new: strides ",
+             strides_str(v_new), " differ from k_new strides ", strides_str(k_new),
+             " (the kernel reads k_new and v_new with one set of strides)");
+  }
   check_index(batch_indices, "batch_indices", "num_tokens", tokens, device, device_id, ref);
   check_index(positions, "positions", "num_tokens", tokens, device, device_id, ref);
   check_index(kv.kv_page_indptr, "kv.kv_page_indptr", "batch + 1", kAny, device, device_id, ref);

@@ -669,6 +669,14 @@ TEST_F(AppendKvArgs, SamePoolForKAndV) {
   EXPECT_TRUE(all_bytes_equal(kv.k_pages, kPoison)) << "a rejected call wrote the pools";
 }
 
+// The GPU kernel reads v_new with k_new's strides (as the pools and ragged K/V share theirs).
+TEST_F(AppendKvArgs, NewKvStridesDiffer) {
+  HostTensor padded({3, 2, 64}, {2 * 80, 80, 1}, DType::kBF16);
+  padded.from_doubles(v_new.to_doubles());
+  v_new = padded;
+  expect_rejected_untouched({"v_new: strides [160, 80, 1] differ from k_new strides [128, 64, 1]"});
+}
+
 TEST_F(AppendKvArgs, PositionsWrongLength) {
   positions = HostTensor::from_int32({1, 2});
   expect_rejected_untouched({"positions: num_tokens (dim 0) is 2, expected 3"});
