@@ -69,6 +69,7 @@ std::string device_str(Device device, int device_id) {
 
 void check_shape(const TensorView& t, const std::string& arg, std::initializer_list<DimSpec> dims) {
   GQ_CHECK(t.defined(), arg, ": not given (undefined tensor); expected ", spec_names(dims));
+  GQ_CHECK(t.ndim <= kMaxDims, arg, ": ", t.ndim, " dims, more than a TensorView holds (", kMaxDims, ")");
   GQ_CHECK(t.ndim == int(dims.size()), arg, ": expected ", dims.size(), " dims ", spec_names(dims),
            ", got ", shape_str(t));
   int d = 0;
@@ -237,13 +238,25 @@ void check_run_lse(const TensorView& lse, const Plan& plan) {
            strides_str(lse), " for shape ", shape_str(lse));
 }
 
-// A plan as plan() returns it: the host vectors agree with batch (guards hand-made plans).
+// Monotone indptr starting at 0. `what` names the vector.
+void check_indptr(const std::vector<int32_t>& indptr, const char* what) {
+  GQ_CHECK(!indptr.empty(), what, ": must hold batch + 1 entries, got none");
+  GQ_CHECK(indptr[0] == 0, what, "[0] must be 0, got ", indptr[0]);
+  for (size_t i = 1; i < indptr.size(); ++i) {
+    GQ_CHECK(indptr[i] >= indptr[i - 1], what, " must be non-decreasing: ", what, "[", i, "] (",
+             indptr[i], ") < ", what, "[", i - 1, "] (", indptr[i - 1], ")");
+  }
+}
+
+// A plan as plan() returns it: the host vectors agree with batch and qo_indptr keeps the rows
+// within total_qo (guards hand-made plans).
 void check_plan(const Plan& plan) {
   GQ_CHECK(plan.batch >= 0 && plan.kv_len.size() == size_t(plan.batch) &&
                plan.qo_indptr.size() == size_t(plan.batch) + 1 &&
                plan.qo_indptr.back() == plan.total_qo,
            "plan: inconsistent (batch ", plan.batch, ", ", plan.kv_len.size(), " kv lengths, ",
            plan.qo_indptr.size(), " qo_indptr entries); pass a plan returned by decode_plan or prefill_plan");
+  check_indptr(plan.qo_indptr, "plan.qo_indptr");
 }
 
 // The GPU kernels fold the scale into the exponent as a positive factor, so a negative one is
@@ -388,16 +401,6 @@ void check_ragged(const RaggedKV& kv, const std::string& name, const Plan& plan)
     const int64_t len = int64_t(indptr[b + 1]) - indptr[b];
     GQ_CHECK(len == plan.kv_len[b], name, ".kv_indptr: request ", b, " holds ", len,
              " keys but the plan was made for ", plan.kv_len[b]);
-  }
-}
-
-// Monotone indptr starting at 0. `what` names the vector.
-void check_indptr(const std::vector<int32_t>& indptr, const char* what) {
-  GQ_CHECK(!indptr.empty(), what, ": must hold batch + 1 entries, got none");
-  GQ_CHECK(indptr[0] == 0, what, "[0] must be 0, got ", indptr[0]);
-  for (size_t i = 1; i < indptr.size(); ++i) {
-    GQ_CHECK(indptr[i] >= indptr[i - 1], what, " must be non-decreasing: ", what, "[", i, "] (",
-             indptr[i], ") < ", what, "[", i - 1, "] (", indptr[i - 1], ")");
   }
 }
 

@@ -406,6 +406,18 @@ TEST_F(DecodeRun, PrefillPlan) {
   expect_rejected_untouched({"plan: made by prefill_plan"});
 }
 
+// A hand-edited plan whose qo_indptr decreases: request 0's rows would run past q's and o's 2 rows.
+TEST_F(DecodeRun, PlanQoIndptrDecreases) {
+  plan.qo_indptr = {0, 3, 2};
+  expect_rejected_untouched({"plan.qo_indptr must be non-decreasing: plan.qo_indptr[2] (2) < plan.qo_indptr[1] (3)"});
+}
+
+// A view claiming more dims than a TensorView holds: rejected before its shape is read past them.
+TEST_F(DecodeRun, MoreDimsThanATensorViewHolds) {
+  args.q.ndim = kMaxDims + 1;
+  expect_rejected_untouched({"q: 5 dims, more than a TensorView holds (4)"});
+}
+
 TEST_F(DecodeRun, NonFiniteScale) {
   args.sm_scale = std::numeric_limits<float>::quiet_NaN();
   expect_rejected_untouched({"sm_scale (nan) must be finite"});
