@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "gqattn/error.h"
@@ -19,6 +20,9 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 // The writer pads the header with spaces so the data section starts at a multiple of this.
 constexpr size_t kDataAlign = 8;
+// A header nests three deep (tensors -> entry -> shape); deeper is a corrupt file, and a bound
+// keeps the recursive parser off the end of the stack.
+constexpr int kMaxJsonDepth = 64;
 
 struct Json {
   enum class Kind { kNull, kString, kNumber, kArray, kObject } kind = Kind::kNull;
@@ -57,8 +61,12 @@ class JsonParser {
   }
   Json parse_value() {
     const char c = peek();
-    if (c == '{') return parse_object();
-    if (c == '[') return parse_array();
+    if (c == '{' || c == '[') {
+      if (++depth_ > kMaxJsonDepth) fail("nested deeper than " + std::to_string(kMaxJsonDepth));
+      Json v = c == '{' ? parse_object() : parse_array();
+      --depth_;
+      return v;
+    }
     if (c == '"') {
       Json v;
       v.kind = Json::Kind::kString;
@@ -80,9 +88,11 @@ class JsonParser {
       ++pos_;
       return v;
     }
+    std::set<std::string> names;
     while (true) {
       if (peek() != '"') fail("expected a member name");
       std::string key = parse_string();
+      if (!names.insert(key).second) fail("duplicate member name '" + key + "'");
       expect(':');
       v.members.emplace_back(std::move(key), parse_value());
       if (peek() == ',') {
@@ -131,24 +141,46 @@ class JsonParser {
         case 'r': out += '\r'; break;
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
-        case 'u': {
-          if (pos_ + 4 > s_.size()) fail("short \\u escape");
-          const unsigned code = std::stoul(s_.substr(pos_, 4), nullptr, 16);
-          pos_ += 4;
-          if (code < 0x80) {
-            out += char(code);
-          } else if (code < 0x800) {
-            out += char(0xC0 | (code >> 6));
-            out += char(0x80 | (code & 0x3F));
-          } else {
-            out += char(0xE0 | (code >> 12));
-            out += char(0x80 | ((code >> 6) & 0x3F));
-            out += char(0x80 | (code & 0x3F));
-          }
-          break;
-        }
+        case 'u': append_utf8(out, parse_code_point()); break;
         default: fail(std::string("unknown escape '\\") + e + "'");
       }
+    }
+  }
+  // Four hex digits.
+  unsigned parse_hex4() {
+    unsigned code = 0;
+    for (int i = 0; i < 4; ++i, ++pos_) {
+      const char h = pos_ < s_.size() ? s_[pos_] : '\0';
+      if (!std::isxdigit(static_cast<unsigned char>(h))) fail("bad \\u escape");
+      code = code * 16 + unsigned(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    return code;
+  }
+  // The code point of a \u escape (its "\u" read), a UTF-16 surrogate pair joined.
+  unsigned parse_code_point() {
+    const unsigned code = parse_hex4();
+    if (code < 0xD800 || code >= 0xE000) return code;
+    if (code >= 0xDC00 || s_.compare(pos_, 2, "\\u") != 0) fail("unpaired surrogate in a \\u escape");
+    pos_ += 2;
+    const unsigned low = parse_hex4();
+    if (low < 0xDC00 || low >= 0xE000) fail("unpaired surrogate in a \\u escape");
+    return 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+  }
+  static void append_utf8(std::string& out, unsigned code) {
+    if (code < 0x80) {
+      out += char(code);
+    } else if (code < 0x800) {
+      out += char(0xC0 | (code >> 6));
+      out += char(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += char(0xE0 | (code >> 12));
+      out += char(0x80 | ((code >> 6) & 0x3F));
+      out += char(0x80 | (code & 0x3F));
+    } else {
+      out += char(0xF0 | (code >> 18));
+      out += char(0x80 | ((code >> 12) & 0x3F));
+      out += char(0x80 | ((code >> 6) & 0x3F));
+      out += char(0x80 | (code & 0x3F));
     }
   }
   Json parse_number() {
@@ -158,17 +190,20 @@ class JsonParser {
       ++pos_;
     Json v;
     v.kind = Json::Kind::kNumber;
+    size_t used = 0;
     try {
-      v.number = std::stod(s_.substr(start, pos_ - start));
+      v.number = std::stod(s_.substr(start, pos_ - start), &used);
     } catch (const std::exception&) {
       fail("bad number");
     }
+    if (used != pos_ - start) fail("bad number");
     return v;
   }
 
   const std::string& s_;
   std::string where_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 uint64_t as_offset(const Json& v, const std::string& where) {

@@ -24,6 +24,14 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / file).string();
 }
 
+// A file of an 8-byte header length, `header` as given and `data_bytes` zero bytes.
+void write_raw(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t len = header.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << header << std::string(data_bytes, '\0');
+}
+
 void expect_throws_with(const std::function<void()>& fn, const std::string& needle) {
   try {
     fn();
@@ -64,14 +72,35 @@ TEST(Safetensors, RejectsCorruptFiles) {
     out << "{}";
   }
   expect_throws_with([&] { SafetensorsFile f(path); }, "header length");
-  {
-    std::ofstream out(path, std::ios::binary);
-    const std::string header = R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}})";
-    const uint64_t len = header.size();
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out << header << std::string(8, '\0');
-  }
+  write_raw(path, R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}})", 8);
   expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'x': holds 8 bytes");
+  std::remove(path.c_str());
+}
+
+// Hostile headers: each a gqattn::Error naming the file, never a crash or a silently odd parse.
+TEST(Safetensors, RejectsMalformedJson) {
+  const std::string path = temp_path("json.safetensors");
+  const auto rejects = [&](const std::string& header, const std::string& needle) {
+    write_raw(path, header, 8);
+    expect_throws_with([&] { SafetensorsFile f(path); }, needle);
+  };
+  rejects(std::string(1 << 20, '['), "nested deeper than");  // no stack overflow
+  rejects(R"({"\uzzzz":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "bad \\u escape");
+  rejects(R"({"\u00zz":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "bad \\u escape");
+  rejects(R"({"\ud83d":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "unpaired surrogate");
+  rejects(R"({"x":{"dtype":"U8","shape":[8],"data_offsets":[0,8-100]}})", "bad number");
+  // A duplicate name is ambiguous (other readers keep the last); a duplicate key of an entry too.
+  rejects(R"({"x":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"x":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+          "duplicate member name 'x'");
+  rejects(R"({"x":{"dtype":"U8","shape":[2],"shape":[4],"data_offsets":[0,8]}})", "duplicate member name 'shape'");
+  std::remove(path.c_str());
+}
+
+TEST(Safetensors, DecodesEscapedNames) {
+  const std::string path = temp_path("names.safetensors");
+  write_raw(path, R"({"caf\u00e9.\ud83d\ude00":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", 8);
+  const SafetensorsFile f(path);
+  EXPECT_NE(f.find("caf\xC3\xA9.\xF0\x9F\x98\x80"), nullptr);  // UTF-8, as the name is written unescaped
   std::remove(path.c_str());
 }
 
