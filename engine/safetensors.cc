@@ -2,7 +2,9 @@
 // strings, integers). Layer: engine (host-only).
 #include "safetensors.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -23,6 +25,8 @@ constexpr size_t kDataAlign = 8;
 // A header nests three deep (tensors -> entry -> shape); deeper is a corrupt file, and a bound
 // keeps the recursive parser off the end of the stack.
 constexpr int kMaxJsonDepth = 64;
+// Integers below 2^53 are exact in the parser's double; no offset or dimension of a file is larger.
+constexpr double kMaxJsonInteger = 9007199254740992.0;
 
 struct Json {
   enum class Kind { kNull, kString, kNumber, kArray, kObject } kind = Kind::kNull;
@@ -207,9 +211,19 @@ class JsonParser {
 };
 
 uint64_t as_offset(const Json& v, const std::string& where) {
-  GQ_CHECK(v.kind == Json::Kind::kNumber && v.number >= 0 && v.number == double(uint64_t(v.number)),
-           where, ": expected a non-negative integer");
+  GQ_CHECK(v.kind == Json::Kind::kNumber && v.number >= 0 && v.number < kMaxJsonInteger &&
+               v.number == std::floor(v.number),
+           where, ": expected a non-negative integer below 2^53");
   return uint64_t(v.number);
+}
+
+// Bytes per element of a safetensors dtype name, 0 for an unknown one.
+size_t dtype_bytes(const std::string& dtype) {
+  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
+  return 0;
 }
 
 std::string escape_json(const std::string& s) {
@@ -232,17 +246,16 @@ std::string escape_json(const std::string& s) {
 }  // namespace
 
 int64_t SafetensorsEntry::numel() const {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // other dims may be huge
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
 
 size_t safetensors_dtype_size(const std::string& dtype) {
-  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") return 2;
-  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
-  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
-  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
-  throw Error("safetensors: unknown dtype '" + dtype + "'");
+  const size_t bytes = dtype_bytes(dtype);
+  GQ_CHECK(bytes != 0, "safetensors: unknown dtype '", dtype, "'");
+  return bytes;
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
@@ -297,11 +310,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       }
     }
     GQ_CHECK(has_dtype && has_shape && has_offsets, where, ": needs dtype, shape and data_offsets");
+    GQ_CHECK(dtype_bytes(e.dtype) != 0, where, ": unknown dtype '", e.dtype, "'");
     GQ_CHECK(e.begin <= e.end && e.end <= data_bytes, where, ": data_offsets [", e.begin, ", ", e.end,
              ") outside the data section (", data_bytes, " bytes)");
-    const uint64_t expected = uint64_t(e.numel()) * safetensors_dtype_size(e.dtype);
+    // dtype x shape in bytes, held at UINT64_MAX (no tensor's size) where it would overflow.
+    uint64_t expected = dtype_bytes(e.dtype);
+    for (int64_t d : e.shape)
+      expected = d != 0 && expected > UINT64_MAX / uint64_t(d) ? UINT64_MAX : expected * uint64_t(d);
     GQ_CHECK(e.end - e.begin == expected, where, ": holds ", e.end - e.begin, " bytes but ", e.dtype,
-             " with its shape needs ", expected);
+             " with its shape needs ", expected == UINT64_MAX ? "2^64 or more" : std::to_string(expected));
     entries_.push_back(std::move(e));
   }
 }

@@ -74,6 +74,8 @@ TEST(Safetensors, RejectsCorruptFiles) {
   expect_throws_with([&] { SafetensorsFile f(path); }, "header length");
   write_raw(path, R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}})", 8);
   expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'x': holds 8 bytes");
+  write_raw(path, R"({"x":{"dtype":"F4","shape":[8],"data_offsets":[0,8]}})", 8);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'x': unknown dtype 'F4'");
   std::remove(path.c_str());
 }
 
@@ -101,6 +103,21 @@ TEST(Safetensors, DecodesEscapedNames) {
   write_raw(path, R"({"caf\u00e9.\ud83d\ude00":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", 8);
   const SafetensorsFile f(path);
   EXPECT_NE(f.find("caf\xC3\xA9.\xF0\x9F\x98\x80"), nullptr);  // UTF-8, as the name is written unescaped
+  std::remove(path.c_str());
+}
+
+// Sizes are computed without overflow: a shape whose element count wraps cannot pass for a small
+// tensor.
+TEST(Safetensors, RejectsShapesTooLargeForTheFile) {
+  const std::string path = temp_path("shape.safetensors");
+  write_raw(path, R"({"x":{"dtype":"BF16","shape":[9223372036854775808],"data_offsets":[0,0]}})", 0);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'x' shape: expected a non-negative integer");
+  write_raw(path, R"({"x":{"dtype":"U8","shape":[1e30],"data_offsets":[0,0]}})", 0);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'x' shape: expected a non-negative integer");
+  write_raw(path, R"({"x":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'x': holds 0 bytes but U8 with its shape needs 2^64 or more");
+  write_raw(path, R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})", 0);
+  EXPECT_EQ(SafetensorsFile(path).find("x")->numel(), 0);
   std::remove(path.c_str());
 }
 
