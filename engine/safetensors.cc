@@ -321,6 +321,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
              " with its shape needs ", expected == UINT64_MAX ? "2^64 or more" : std::to_string(expected));
     entries_.push_back(std::move(e));
   }
+
+  // The format's layout: the tensors tile the data section, so none shares bytes with another.
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const SafetensorsEntry& e : entries_) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry* e : by_offset) {
+    const uint64_t next = prev ? prev->end : 0;
+    GQ_CHECK(e->begin >= next, path, ": tensor '", e->name, "': data_offsets [", e->begin, ", ", e->end,
+             ") overlap tensor '", prev->name, "' [", prev->begin, ", ", prev->end, ")");
+    GQ_CHECK(e->begin == next, path, ": tensor '", e->name, "': data_offsets [", e->begin, ", ", e->end,
+             ") leave a gap after byte ", next, " of the data section");
+    prev = e;
+  }
+  const uint64_t used = prev ? prev->end : 0;
+  GQ_CHECK(used == data_bytes, path, ": ", data_bytes - used, " bytes after the last tensor in the data section");
 }
 
 const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {

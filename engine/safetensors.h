@@ -24,7 +24,8 @@ size_t safetensors_dtype_size(const std::string& dtype);
 
 class SafetensorsFile {
  public:
-  // Reads and checks the header: offsets inside the file, sizes matching dtype x shape.
+  // Reads and checks the header: offsets inside the file, sizes matching dtype x shape, the
+  // tensors tiling the data section (no overlaps, no gaps), no duplicate names.
   // Throws gqattn::Error naming the file and the problem.
   explicit SafetensorsFile(const std::string& path);
 

@@ -121,6 +121,21 @@ TEST(Safetensors, RejectsShapesTooLargeForTheFile) {
   std::remove(path.c_str());
 }
 
+// As the format requires: the tensors tile the data section, so no two share bytes.
+TEST(Safetensors, RejectsOverlapsAndGapsInTheData) {
+  const std::string path = temp_path("layout.safetensors");
+  write_raw(path, R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 8);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'b': data_offsets [2, 6) overlap tensor 'a'");
+  write_raw(path, R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})", 8);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "tensor 'b': data_offsets [6, 8) leave a gap after byte 4");
+  write_raw(path, R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 8);
+  expect_throws_with([&] { SafetensorsFile f(path); }, "4 bytes after the last tensor");
+  // Empty tensors may sit anywhere between others.
+  write_raw(path, R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]},"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 8);
+  EXPECT_EQ(SafetensorsFile(path).entries().size(), 3u);
+  std::remove(path.c_str());
+}
+
 TEST(Safetensors, TinyCheckpointLoadsBitForBitAndServesTheSameLogits) {
   const RunnerConfig random_cfg = test::tiny_runner_config();
   const HostWeights weights = random_host_weights(random_cfg.model, test::kSeed);
