@@ -16,6 +16,13 @@ namespace gqattn::engine {
 
 namespace {
 
+// A buffer some Hugging Face conversions store per layer; the RoPE table comes from the config.
+constexpr const char kRopeInvFreqSuffix[] = ".rotary_emb.inv_freq";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -112,10 +119,15 @@ HostWeights load_weights(const ModelConfig& config, const std::string& path) {
   }
   std::vector<std::unique_ptr<SafetensorsFile>> shards;
   for (const std::string& f : files) shards.push_back(std::make_unique<SafetensorsFile>(f));
-  const auto find = [&](const std::string& name) -> std::pair<const SafetensorsFile*, const SafetensorsEntry*> {
+  const auto find = [&](const std::string& name) {
+    std::pair<const SafetensorsFile*, const SafetensorsEntry*> found = {nullptr, nullptr};
     for (const auto& s : shards)
-      if (const SafetensorsEntry* e = s->find(name)) return {s.get(), e};
-    return {nullptr, nullptr};
+      if (const SafetensorsEntry* e = s->find(name)) {
+        GQ_CHECK(found.second == nullptr, "--weights: tensor '", name, "' is in both ", found.first->path(), " and ",
+                 s->path());
+        found = {s.get(), e};
+      }
+    return found;
   };
 
   HostWeights w;
@@ -131,6 +143,11 @@ HostWeights load_weights(const ModelConfig& config, const std::string& path) {
              shape_str(spec.shape), " for '", spec.name, "'");
     w.tensors[spec.name] = to_bf16(*file, *entry);
   }
+  // A tensor the model has no place for (a layer past num_layers, a bias) means another model.
+  for (const auto& s : shards)
+    for (const SafetensorsEntry& e : s->entries())
+      GQ_CHECK(w.tensors.count(e.name) != 0 || ends_with(e.name, kRopeInvFreqSuffix), "--weights: ", s->path(),
+               ": tensor '", e.name, "' has no place in ", config.name, " (", config.num_layers, " layers)");
   return w;
 }
 

@@ -45,7 +45,8 @@ struct WeightSource {
 HostWeights random_host_weights(const ModelConfig& config, uint64_t seed);
 // Loads every weight of `config` from a .safetensors file or a directory of them; BF16, F16 and
 // F32 are converted to bf16; a missing lm_head.weight means tied embeddings. Throws
-// gqattn::Error naming the file, the tensor and the expected shape on a mismatch.
+// gqattn::Error naming the file, the tensor and the expected shape on a mismatch, and for a
+// tensor in two files or one `config` has no place for (RoPE's inv_freq buffers aside).
 HostWeights load_weights(const ModelConfig& config, const std::string& path);
 // Writes `weights` as one safetensors file in the Hugging Face layout.
 void save_weights(const ModelConfig& config, const HostWeights& weights, const std::string& path);

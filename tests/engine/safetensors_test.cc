@@ -161,5 +161,35 @@ TEST(Safetensors, TinyCheckpointLoadsBitForBitAndServesTheSameLogits) {
   expect_throws_with([&] { load_weights(random_cfg.model, path); }, "does not exist");
 }
 
+// A directory of shards, with tied embeddings (no lm_head.weight); a tensor in two shards or one
+// the configuration has no place for (here a third layer) is rejected, not silently dropped.
+TEST(Safetensors, ShardedTiedCheckpointLoadsAndStrayTensorsAreRejected) {
+  namespace fs = std::filesystem;
+  const ModelConfig model = model_config("tiny");
+  const HostWeights weights = random_host_weights(model, test::kSeed);
+  const fs::path dir = temp_path("shards");
+  fs::create_directories(dir);
+  std::vector<SafetensorsTensor> shard[2];
+  for (const WeightSpec& spec : weight_specs(model))
+    if (spec.name != "lm_head.weight")
+      shard[spec.name.find("layers.1.") == std::string::npos].push_back(
+          {spec.name, "BF16", spec.shape, weights.at(spec.name).data()});
+  write_safetensors((dir / "model-00001-of-00002.safetensors").string(), shard[0]);
+  write_safetensors((dir / "model-00002-of-00002.safetensors").string(), shard[1]);
+  const HostWeights loaded = load_weights(model, dir.string());
+  for (const auto& [name, bits] : weights.tensors)
+    EXPECT_EQ(loaded.at(name), weights.at(name == "lm_head.weight" ? "model.embed_tokens.weight" : name)) << name;
+
+  const std::string extra = (dir / "model-00003-of-00003.safetensors").string();
+  const std::vector<uint16_t>& norm = weights.at("model.norm.weight");
+  write_safetensors(extra, {{"model.norm.weight", "BF16", {model.hidden_size}, norm.data()}});
+  expect_throws_with([&] { load_weights(model, dir.string()); }, "tensor 'model.norm.weight' is in both ");
+  write_safetensors(extra, {{"model.layers.2.input_layernorm.weight", "BF16", {model.hidden_size}, norm.data()},
+                            {"model.layers.0.self_attn.rotary_emb.inv_freq", "BF16", {2}, norm.data()}});
+  expect_throws_with([&] { load_weights(model, dir.string()); },
+                     "model-00003-of-00003.safetensors: tensor 'model.layers.2.input_layernorm.weight' has no place in tiny");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gqattn::engine
