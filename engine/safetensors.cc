@@ -25,6 +25,10 @@ constexpr size_t kDataAlign = 8;
 // A header nests three deep (tensors -> entry -> shape); deeper is a corrupt file, and a bound
 // keeps the recursive parser off the end of the stack.
 constexpr int kMaxJsonDepth = 64;
+// Values in a header, at most: a checkpoint has a few per tensor (name, dtype, shape, offsets) and
+// some thousands of tensors; the bound keeps a hostile header of 100 MB of "0," (~96 bytes a parsed
+// value) from taking gigabytes.
+constexpr int64_t kMaxJsonValues = int64_t(1) << 20;
 // Integers below 2^53 are exact in the parser's double; no offset or dimension of a file is larger.
 constexpr double kMaxJsonInteger = 9007199254740992.0;
 
@@ -64,6 +68,7 @@ class JsonParser {
     ++pos_;
   }
   Json parse_value() {
+    if (++values_ > kMaxJsonValues) fail("more than " + std::to_string(kMaxJsonValues) + " values");
     const char c = peek();
     if (c == '{' || c == '[') {
       if (++depth_ > kMaxJsonDepth) fail("nested deeper than " + std::to_string(kMaxJsonDepth));
@@ -208,6 +213,7 @@ class JsonParser {
   std::string where_;
   size_t pos_ = 0;
   int depth_ = 0;
+  int64_t values_ = 0;
 };
 
 uint64_t as_offset(const Json& v, const std::string& where) {

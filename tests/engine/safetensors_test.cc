@@ -87,6 +87,9 @@ TEST(Safetensors, RejectsMalformedJson) {
     expect_throws_with([&] { SafetensorsFile f(path); }, needle);
   };
   rejects(std::string(1 << 20, '['), "nested deeper than");  // no stack overflow
+  std::string many = "{\"x\":[";  // 1.5M values: bounded, not ~150 MB of parsed nodes
+  for (int i = 0; i < 3 << 19; ++i) many += "0,";
+  rejects(many + "0]}", "more than 1048576 values");
   rejects(R"({"\uzzzz":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "bad \\u escape");
   rejects(R"({"\u00zz":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "bad \\u escape");
   rejects(R"({"\ud83d":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "unpaired surrogate");
