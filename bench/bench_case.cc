@@ -15,12 +15,12 @@ double decode_bytes(const BenchCase& c) {
 }
 
 // Two GEMMs (q k^T and p v) of 2 FLOPs per multiply-add: 4 * head_dim per (query, key, head)
-// pair. Causal keeps qo_len * (kv_len - qo_len / 2) pairs: exactly half when qo_len == kv_len
-// (the FlashAttention convention of BENCHMARKS.md), and the visible keys of a chunk over a
-// cached prefix otherwise.
+// pair. Causal counts the visible pairs, the new tokens at the end of the KV (query i sees keys
+// [0, kv_len - qo_len + i]): qo_len * (kv_len - qo_len) + qo_len * (qo_len + 1) / 2, which is
+// bench/peers.py's count (bench/README.md "Figures"), so ours / peer is a ratio of times.
 double prefill_flops(const BenchCase& c) {
   const double qo = c.qo_len, kv = c.kv_len;
-  const double pairs = c.causal ? qo * (kv - qo / 2.0) : qo * kv;
+  const double pairs = c.causal ? qo * (kv - qo) + qo * (qo + 1) / 2.0 : qo * kv;
   return 4.0 * c.batch * pairs * c.num_qo_heads * c.head_dim;
 }
 

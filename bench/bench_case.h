@@ -48,8 +48,8 @@ struct BenchResult {
 
 // Bytes a decode case must move: K + V of every page read, plus Q and O.
 double decode_bytes(const BenchCase& c);
-// FLOPs of a prefill case: 4 * qo_len * kv_len * num_qo_heads * head_dim per request, causal
-// counts only the visible keys.
+// FLOPs of a prefill case: 4 * visible (query, key) pairs * num_qo_heads * head_dim per request;
+// causal counts only the visible keys (query i of qo_len sees keys [0, kv_len - qo_len + i]).
 double prefill_flops(const BenchCase& c);
 
 #ifdef GQATTN_WITH_CUDA
