@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "gqattn/paged_kv.h"
 #include "gqattn/tensor.h"
@@ -51,6 +52,9 @@ double decode_bytes(const BenchCase& c);
 // FLOPs of a prefill case: 4 * visible (query, key) pairs * num_qo_heads * head_dim per request;
 // causal counts only the visible keys (query i of qo_len sees keys [0, kv_len - qo_len + i]).
 double prefill_flops(const BenchCase& c);
+// The median of timed repetitions: the middle value, or the mean of the two middle ones for an
+// even count (Python's statistics.median, which bench/peers.py takes). values must not be empty.
+double median_of(std::vector<double> values);
 
 #ifdef GQATTN_WITH_CUDA
 // Implemented in bench/gpu_bench.cu.

@@ -101,8 +101,7 @@ double median_us(Fn&& fn, int iters) {
   }
   GQ_CUDA_CHECK(cudaEventDestroy(start));
   GQ_CUDA_CHECK(cudaEventDestroy(stop));
-  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
-  return ms[iters / 2] * 1e3;
+  return median_of(std::vector<double>(ms.begin(), ms.end())) * 1e3;
 }
 
 void check_cublas(cublasStatus_t s, const char* what) {
@@ -351,10 +350,9 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   GQ_CUDA_CHECK(cudaEventDestroy(stop));
   for (CaseSet& cs : set) GQ_CUDA_CHECK(cudaGraphExecDestroy(cs.exec));
   GQ_CUDA_CHECK(cudaStreamDestroy(stream));
-  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
 
   BenchResult r;
-  r.median_us = ms[iters / 2] * 1e3;
+  r.median_us = median_of(std::vector<double>(ms.begin(), ms.end())) * 1e3;
   if (decode) {
     r.unit = "GB/s";
     r.achieved = decode_bytes(c) / r.median_us * 1e-3;

@@ -391,9 +391,8 @@ BenchResult cpu_run_case(const BenchCase& c, int iters) {
       times_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  std::sort(times_us.begin(), times_us.end());
   BenchResult r;
-  r.median_us = times_us[times_us.size() / 2];
+  r.median_us = median_of(times_us);
   const double seconds = r.median_us * 1e-6;
   if (is_decode(c)) {
     r.achieved = decode_bytes(c) / seconds / 1e9;

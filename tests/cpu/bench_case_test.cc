@@ -50,5 +50,12 @@ TEST(BenchCase, DecodeBytesCountKvOncePerKvHead) {
   EXPECT_DOUBLE_EQ(decode_bytes(c), 2.0 * (2 * 1000 * 8 * 128) * 2 + 2.0 * (2 * 4 * 32 * 128) * 2);
 }
 
+// The middle value, or the mean of the two middle ones (Python's statistics.median, as peers.py).
+TEST(BenchCase, MedianOfEvenCountsAveragesTheMiddlePair) {
+  EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median_of({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median_of({7}), 7);
+}
+
 }  // namespace
 }  // namespace gqattn::bench
