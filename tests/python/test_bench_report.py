@@ -87,3 +87,22 @@ def test_clock_gap_line_warns_past_five_percent():
     assert "gqattn 1770 MHz, peers 1965 MHz" in line
     assert report.clock_gap_line({"gqattn": at(1965), "peers": at(1980)}) == ""
     assert report.clock_gap_line({"gqattn": at(1770), "peers": []}) == ""
+
+
+def test_targets_count_a_config_where_gqattn_failed_as_missed():
+    failed = lambda r: {**r, "median_us": "", "achieved": "", "status": "error: out of memory"}
+    decode = [failed(row("decode", "gqattn", 8, 16, 128, 32768, 0, 0, "GB/s")),
+              row("decode", "sdpa_cudnn", 8, 16, 128, 32768, 3860.0, 4450, "GB/s"),
+              row("decode", "gqattn", 8, 16, 1, 512, 10.0, 300, "GB/s"),
+              row("decode", "sdpa_cudnn", 8, 16, 1, 512, 12.0, 220, "GB/s")]
+    line = report.decode_target_lines(families(decode)["decode"])[0]
+    assert ">= 4.2 TB/s in 0 of the 1 configs with >= 1 GB of K/V (below: 32/8 d128 p16 b128 q1 kv32K ✗)" in line
+    assert "12 us) in 1 of 2" in line
+    assert "in 1 of 2." in line
+    prefill = [failed(row("prefill", "gqattn", 8, 0, 1, 16384, 0, 0, "TFLOP/s", 16384)),
+               row("prefill", "sdpa_cudnn", 8, 0, 1, 16384, 1.0, 650, "TFLOP/s", 16384),
+               row("prefill", "gqattn", 8, 16, 1, 16384, 1.0, 640, "TFLOP/s", 16384),
+               row("prefill", "sdpa_cudnn", 8, 16, 1, 16384, 1.0, 650, "TFLOP/s", 16384)]
+    line = report.prefill_target_lines(families(prefill)["prefill"])[0]
+    assert "faster than sdpa_cudnn or within 2% in 1 of 2" in line
+    assert "within 10% of contiguous in 0 of 1 pairs" in line
