@@ -1,14 +1,19 @@
-"""bench/report.py: the issues' target lines under each family's table (plain Python, no GPU;
-the plot, which needs matplotlib, is not drawn)."""
+"""bench/report.py and bench/e2e_report.py: the issues' target lines under each table (plain
+Python, no GPU; report.py's plot is not drawn, e2e_report.py's is drawn on a stubbed matplotlib)."""
 import importlib.util
+import math
 import sys
 from pathlib import Path
+from unittest.mock import MagicMock
 
 REPORT = Path(__file__).resolve().parents[2] / "bench" / "report.py"
 spec = importlib.util.spec_from_file_location("gqattn_bench_report", REPORT)
 report = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = report  # dataclasses look their module up
 spec.loader.exec_module(report)
+spec = importlib.util.spec_from_file_location("gqattn_e2e_report", REPORT.parent / "e2e_report.py")
+e2e = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(e2e)
 
 
 def row(family, impl, heads_kv, page, batch, kv_len, us, achieved, unit, qo_len=1):
@@ -55,9 +60,6 @@ def test_prefill_targets_compare_with_cudnn_and_pair_paged_with_contiguous():
 
 
 def test_e2e_target_line_reads_the_default_pool_gqattn_rows():
-    spec = importlib.util.spec_from_file_location("gqattn_e2e_report", REPORT.parent / "e2e_report.py")
-    e2e = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(e2e)
     base = {"status": "ok", "kv_pool_gib": "", "attention": "gqattn"}
     rows = [{**base, "num_kv_heads": "32", "seconds": "13.9"},
             {**base, "num_kv_heads": "1", "seconds": "4.18"},
@@ -65,6 +67,27 @@ def test_e2e_target_line_reads_the_default_pool_gqattn_rows():
             {**base, "num_kv_heads": "8", "seconds": "20.0", "attention": "expand"}]
     line = e2e.target_line(rows)
     assert line == "Targets (issue 7): MHA 13.90 s against 14 s (met); MQA 4.18 s against 3.8 s (missed by 10.0%)."
+    rows.append({**base, "num_kv_heads": "8", "seconds": "", "status": "error: out of device memory"})
+    assert e2e.target_line(rows).endswith("; GQA-8 failed against 6 s.")
+
+
+def test_e2e_plot_draws_a_failed_row_as_a_gap(tmp_path, monkeypatch):
+    # gqattn-serve bench --csv leaves a failed run's figures empty; the plot (matplotlib stubbed
+    # here) leaves that bar out instead of failing on float('')
+    plt = MagicMock()
+    ax = MagicMock()
+    plt.subplots.return_value = (MagicMock(), ax)
+    monkeypatch.setitem(sys.modules, "matplotlib", MagicMock(pyplot=plt))
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", plt)
+    base = {"model": "llama2-7b", "requests": "128", "output_len": "992", "attention": "gqattn"}
+    rows = [{**base, "num_kv_heads": "32", "kv_pool_gib": "64.00", "seconds": "14.221", "floor_s": "10.654",
+             "status": "ok"},
+            {**base, "num_kv_heads": "32", "kv_pool_gib": "55.00", "seconds": "", "floor_s": "",
+             "status": "error: out of device memory"}]
+    e2e.write_plot(rows, tmp_path / "e2e.png")
+    seconds, floors = ax.bar.call_args.args[1], ax.scatter.call_args.args[1]
+    assert seconds[0] == 14.221 and floors[0] == 10.654
+    assert math.isnan(seconds[1]) and math.isnan(floors[1])
 
 
 def test_clock_summary_reads_nvidia_smi_samples(tmp_path):
