@@ -12,7 +12,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 COLUMNS = ["family", "impl", "dtype", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
            "batch", "qo_len", "kv_len", "causal", "median_us", "achieved", "unit",
@@ -263,6 +263,8 @@ PREFILL_PEER = "sdpa_cudnn"    # issue 5: faster than cuDNN, or within 2%
 PREFILL_PEER_SLACK = 0.98
 PAGED_SLACK = 0.90             # issue 5: paged K/V (page 16 and 64) within 10% of contiguous
 PAGED_SIZES = ("16", "64")
+DECODE_GQA8_1X32K_GBS = 3000.0  # issue 3: GQA-8 (32/8 heads), batch 1, 32K context: >= 3 TB/s
+PREFILL_16K_TFLOPS = {"1": 660.0, "0": 700.0}  # issue 5: hd128, 1 x 16384, causal / non-causal
 
 
 def kv_bytes(config: Config) -> float:
@@ -274,6 +276,15 @@ def kv_bytes(config: Config) -> float:
 def ours_ok(cell: dict[str, Row]) -> Optional[Row]:
     row = cell.get(OURS)
     return row if row is not None and is_ok(row) else None
+
+
+def point_target(fam: Family, select: Callable[[dict[str, str]], bool], goal: Callable[[dict[str, str]], float]) -> str:
+    """'N of M (label value, ...)': the configs `select` names where ours reaches `goal` of the config."""
+    hits = [(cfg, ours_ok(cell)) for cfg, cell in fam.configs.items() if select(dict(zip(CONFIG_FIELDS, cfg)))]
+    met = sum(r is not None and float(r["achieved"]) >= goal(dict(zip(CONFIG_FIELDS, cfg))) for cfg, r in hits)
+    values = "; ".join(f"{short_label(cfg)} " + (fmt_value(float(r["achieved"]), fam.unit) if r else FAIL_MARK)
+                       for cfg, r in hits)
+    return f"{met} of {len(hits)}" + (f" ({values})" if hits else "")
 
 
 # Every target counts the configs it names whether or not gqattn has an ok row there: a config
@@ -297,7 +308,9 @@ def decode_target_lines(fam: Family) -> list[str]:
             f"{len(big)} configs with >= 1 GB of K/V" + (f" (below: {'; '.join(misses)})" if misses else "") + "; "
             f"no slower than max(K/V bytes / {DECODE_TARGET_GBS / 1e3:.1f} TB/s, {DECODE_MIN_US:.0f} us) in "
             f"{floor_ok} of {len(fam.configs)}; faster than every peer (within 3% of one streaming at >= 90% of "
-            f"the ceiling) in {peer_ok} of {compared}."]
+            f"the ceiling) in {peer_ok} of {compared}. GQA-8 batch 1 x 32K >= {DECODE_GQA8_1X32K_GBS / 1e3:.1f} TB/s "
+            f"in " + point_target(fam, lambda c: (c["num_qo_heads"], c["num_kv_heads"], c["batch"], c["kv_len"])
+                                  == ("32", "8", "1", "32768"), lambda c: DECODE_GQA8_1X32K_GBS) + "."]
 
 
 def prefill_target_lines(fam: Family) -> list[str]:
@@ -315,7 +328,10 @@ def prefill_target_lines(fam: Family) -> list[str]:
         within += (paged is not None and contig is not None
                    and float(paged["achieved"]) >= PAGED_SLACK * float(contig["achieved"]))
     return [f"Targets (issue 5): faster than {PREFILL_PEER} or within 2% in {near} of {len(vs_peer)}; "
-            f"paged K/V (page {' and '.join(PAGED_SIZES)}) within 10% of contiguous in {within} of {pairs} pairs."]
+            f"paged K/V (page {' and '.join(PAGED_SIZES)}) within 10% of contiguous in {within} of {pairs} pairs; "
+            f"hd128 1 x 16K >= {PREFILL_16K_TFLOPS['1']:.0f} TFLOP/s causal, {PREFILL_16K_TFLOPS['0']:.0f} non-causal, in "
+            + point_target(fam, lambda c: (c["head_dim"], c["batch"], c["qo_len"], c["kv_len"]) == ("128", "1", "16384", "16384"),
+                           lambda c: PREFILL_16K_TFLOPS[c["causal"]]) + "."]
 
 
 TARGET_LINES = {"decode": decode_target_lines, "prefill": prefill_target_lines}

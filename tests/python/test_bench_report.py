@@ -129,3 +129,18 @@ def test_targets_count_a_config_where_gqattn_failed_as_missed():
     line = report.prefill_target_lines(families(prefill)["prefill"])[0]
     assert "faster than sdpa_cudnn or within 2% in 1 of 2" in line
     assert "within 10% of contiguous in 0 of 1 pairs" in line
+
+
+def test_point_targets_name_their_configs():
+    decode = [row("decode", "gqattn", 8, 16, 1, 32768, 100.0, 3150, "GB/s"),   # GQA-8 1 x 32K: met
+              row("decode", "gqattn", 8, 1, 1, 32768, 100.0, 2900, "GB/s"),    # the same at page 1: missed
+              row("decode", "gqattn", 1, 16, 1, 32768, 100.0, 2000, "GB/s")]   # MQA: not named
+    line = report.decode_target_lines(families(decode)["decode"])[0]
+    assert ("GQA-8 batch 1 x 32K >= 3.0 TB/s in 1 of 2 (32/8 d128 p16 b1 q1 kv32K 3150; "
+            "32/8 d128 p1 b1 q1 kv32K 2900).") in line
+    non_causal = lambda r: {**r, "causal": "0"}
+    prefill = [row("prefill", "gqattn", 8, 0, 1, 16384, 1.0, 670, "TFLOP/s", 16384),               # causal: met
+               non_causal(row("prefill", "gqattn", 8, 0, 1, 16384, 1.0, 690, "TFLOP/s", 16384)),   # missed
+               row("prefill", "gqattn", 8, 0, 2, 8192, 1.0, 690, "TFLOP/s", 8192)]                  # not named
+    line = report.prefill_target_lines(families(prefill)["prefill"])[0]
+    assert "hd128 1 x 16K >= 660 TFLOP/s causal, 700 non-causal, in 1 of 2 (" in line
