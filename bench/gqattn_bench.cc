@@ -168,6 +168,7 @@ Options parse_args(int argc, char** argv) {
     throw UsageError{"--sweep: cannot be combined with single-case flags (--dtype, --batch, ...)"};
   if (opt.single) {
     c.family = opt.family == "prefill" ? "prefill" : "decode";
+    if (c.family == "decode") c.causal = true;  // decode is always causal (--help)
     if (c.family == "prefill" && !opt.qo_len_given) c.qo_len = c.kv_len;
     if (c.batch < 0) throw UsageError{"--batch: must be >= 0, got " + std::to_string(c.batch)};
     if (c.kv_len < 0) throw UsageError{"--kv-len: must be >= 0, got " + std::to_string(c.kv_len)};
@@ -218,7 +219,7 @@ std::vector<BenchCase> read_sweep(const std::string& path) {
     c.batch = parse_int(where + ": batch", f[6]);
     c.qo_len = parse_int(where + ": qo_len", f[7]);
     c.kv_len = parse_int(where + ": kv_len", f[8]);
-    c.causal = parse_bool01(where + ": causal", f[9]);
+    c.causal = parse_bool01(where + ": causal", f[9]) || c.family == "decode";  // decode: always causal
     if (c.batch < 0 || c.kv_len < 0 || c.qo_len < 1)
       throw UsageError{where + ": batch and kv_len must be >= 0 and qo_len >= 1"};
     check_case_size(c, where);
@@ -273,7 +274,7 @@ PlanInputs plan_inputs_for(const BenchCase& c, Device device) {
   in.num_kv_heads = c.num_kv_heads;
   in.head_dim = c.head_dim;
   in.page_size = c.page_size;
-  in.causal = is_decode(c) || c.causal;
+  in.causal = c.causal;
   in.qo_len = c.qo_len;
   in.max_num_splits = c.max_num_splits;
   in.kv_indptr.push_back(0);
@@ -425,7 +426,7 @@ Row case_row(const BenchCase& c, const BenchResult& r, bool ran, bool cpu) {
   Row row{c.family, "gqattn", dtype_name(c.dtype),
           std::to_string(c.num_qo_heads), std::to_string(c.num_kv_heads), std::to_string(c.head_dim),
           std::to_string(c.page_size), std::to_string(c.batch), std::to_string(c.qo_len),
-          std::to_string(c.kv_len), (is_decode(c) || c.causal) ? "1" : "0",
+          std::to_string(c.kv_len), c.causal ? "1" : "0",
           "", "", is_decode(c) ? "GB/s" : "TFLOP/s", "", r.status};
   if (ran) {
     row.median_us = fmt(r.median_us, "%.3f");
