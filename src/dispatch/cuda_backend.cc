@@ -81,6 +81,14 @@ int num_sms(int device) {
   return sms;
 }
 
+// The dynamic shared memory a CTA may opt in to: 99 KB on sm_86 / sm_89 / sm_120, 163 KB on sm_80,
+// 227 KB on sm_90.
+int max_smem_per_block(int device) {
+  int bytes = 0;
+  GQ_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
 struct KVSource {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -200,8 +208,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   const int64_t mean_kv_len = graph || requests == 0 ? 0 : std::max<int64_t>(1, keys / requests);
   const int64_t mean_rows = graph || requests == 0 ? 0 : rows / requests;
   const int sm = compute_capability(plan.device_id);
-  const dispatch::KernelChoice kernel = dispatch::select_kernel(
-      plan.dtype, plan.head_dim, max_rows, sm, requests_x_kv_heads, num_sms(plan.device_id), mean_kv_len, mean_rows);
+  const dispatch::KernelChoice kernel =
+      dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm, requests_x_kv_heads, num_sms(plan.device_id),
+                              mean_kv_len, mean_rows, max_smem_per_block(plan.device_id));
   for (int32_t& tiles : row_tiles) tiles = (tiles + kernel.cta_rows - 1) / kernel.cta_rows;
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);

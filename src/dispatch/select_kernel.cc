@@ -30,6 +30,7 @@ KernelChoice entry() {
     c.merge_fixed_keys = kWgmmaMergeFixedKeys;
   }
   c.key_time = F == Family::kDecode || F == Family::kDecodeMany || F == Family::kDecodeLong ? 1.0 : 1.36;
+  c.smem_bytes = AttnShape<F, HeadDim>::kSmemBytes;
   c.launch = &AttentionKernel<D, HeadDim, F>::launch;
   c.ctas_per_sm = &AttentionKernel<D, HeadDim, F>::ctas_per_sm;
   return c;
@@ -143,7 +144,7 @@ bool decode_long_disabled() {
 }
 
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, int64_t requests_x_kv_heads,
-                           int num_sms, int64_t mean_kv_len, int64_t mean_rows) {
+                           int num_sms, int64_t mean_kv_len, int64_t mean_rows, int max_smem) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
@@ -171,7 +172,9 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                       !sm90_wide_disabled();
     const Family sm90_family = wide ? Family::kPrefillSm90Wide : Family::kPrefillSm90;
     for (const KernelChoice& c : table())
-      if (c.dtype == dtype && c.head_dim == head_dim && c.family == sm90_family) return c;
+      if (c.dtype == dtype && c.head_dim == head_dim && c.family == sm90_family &&
+          (max_smem <= 0 || c.smem_bytes <= max_smem))
+        return c;
   }
   // 17..32 rows at hd128 as two 16-row items a request and K/V head (both read its K/V, the second
   // mostly from the L2) where so few requests x K/V heads run that decode_mid splits each
@@ -205,10 +208,23 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                           !decode_long_disabled();
   if (long_tiles) family = Family::kDecodeLong;
   bool head_dim_built = false, dtype_built = false;
+  // This dtype and head_dim's rows: another may run where the family does not fit the device.
+  std::vector<FamilyFit> rows;
+  std::vector<const KernelChoice*> row_choice;
+  int wanted = -1;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;
     dtype_built |= c.dtype == dtype;
-    if (c.dtype == dtype && c.head_dim == head_dim && c.family == family) return c;
+    if (c.dtype != dtype || c.head_dim != head_dim) continue;
+    if (c.family == family) wanted = static_cast<int>(rows.size());
+    rows.push_back(FamilyFit{c.family, c.cta_rows, c.smem_bytes});
+    row_choice.push_back(&c);
+  }
+  if (wanted >= 0) {
+    const int fit = fit_shared_memory(rows, wanted, max_packed_rows, max_smem);
+    GQ_CHECK(fit >= 0, "head_dim ", head_dim, ": no attention kernel of this build fits the device's ", max_smem,
+             " bytes of shared memory a block (the one chosen takes ", rows[wanted].smem_bytes, ")");
+    return *row_choice[fit];
   }
   GQ_CHECK(head_dim_built, "head_dim ", head_dim,
            " is not compiled for the GPU in this build (add it to -DGQATTN_HEAD_DIMS; generated "

@@ -28,9 +28,37 @@ struct KernelChoice {
   // x 512 unsplit 13.8 us, 4 chunks of 128 keys 14.8, 2 of 256 15.6, which the planner had priced
   // 392 / 456 keys against 576).
   double merge_fixed_keys = plan::kMergeFixedKeys;
+  int smem_bytes = 0;  // dynamic shared memory a CTA (AttnShape::kSmemBytes)
   void (*launch)(const kernels::AttentionParams&, int, void*) = nullptr;
   int (*ctas_per_sm)() = nullptr;
 };
+
+// What fit_shared_memory() needs of a kernel-table row.
+struct FamilyFit {
+  kernels::Family family;
+  int cta_rows;
+  int smem_bytes;
+};
+
+// The row of `rows` (one dtype and head_dim's rows in table order) that runs where the chosen one,
+// rows[wanted], needs more dynamic shared memory a CTA than the device allows (`max_smem`,
+// cudaDevAttrMaxSharedMemoryPerBlockOptin; 0: no limit): 99 KB on sm_86, sm_89 and sm_120, where
+// the decode family at head_dim 128 takes 100 KB and decode_mid / decode_wide more (163 KB on
+// sm_80, 227 KB on sm_90: every row fits). Of the portable rows that fit, the one with the fewest
+// rows a CTA that still holds `max_packed_rows`, else the one with the most (the first listed on a
+// tie); -1 where none fits. Any family computes the same attention (the planner tiles a request's
+// rows by its cta_rows); which is fastest on those devices was never measured.
+inline int fit_shared_memory(const std::vector<FamilyFit>& rows, int wanted, int max_packed_rows, int max_smem) {
+  if (max_smem <= 0 || rows[wanted].smem_bytes <= max_smem) return wanted;
+  int holding = -1, widest = -1;  // the fewest rows that hold max_packed_rows; the most rows
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const FamilyFit& r = rows[i];
+    if (r.smem_bytes > max_smem || kernels::is_sm90_family(r.family)) continue;
+    if (r.cta_rows >= max_packed_rows && (holding < 0 || r.cta_rows < rows[holding].cta_rows)) holding = i;
+    if (widest < 0 || r.cta_rows > rows[widest].cta_rows) widest = i;
+  }
+  return holding >= 0 ? holding : widest;
+}
 
 // Picks the variant for `max_packed_rows` = the largest group_size x qo_len of the batch: the
 // decode family up to 16 rows, decode_mid up to 32 (head_dim <= 128), decode_wide up to 64, prefill above
@@ -52,9 +80,11 @@ struct KernelChoice {
 // let prefill rows at head_dim 64 on sm_90 take prefill_sm90_wide (three consumer warpgroups,
 // 192-row items) where `mean_rows` (packed rows a request with query rows has at each K/V head, on
 // average; 0 where not known, as in CUDA-graph mode) >= 4096 and its items number >= num_sms
-// (perf-notes item 126).
+// (perf-notes item 126). `max_smem` (the device's dynamic shared memory a CTA may take; 0: not
+// known) replaces a family that would not fit by one that does (fit_shared_memory), or throws
+// where none does.
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, int64_t requests_x_kv_heads = 0,
-                           int num_sms = 0, int64_t mean_kv_len = 0, int64_t mean_rows = 0);
+                           int num_sms = 0, int64_t mean_kv_len = 0, int64_t mean_rows = 0, int max_smem = 0);
 // Whether GQATTN_DISABLE_SM90 (read once per process) keeps Hopper on the portable prefill kernel.
 bool sm90_disabled();
 // Whether GQATTN_DISABLE_DECODE_MANY (read once per process) keeps <= 16 rows on the decode family.

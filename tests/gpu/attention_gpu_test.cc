@@ -932,6 +932,41 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
   }
 }
 
+// The kernel select_kernel() picks fits the device's shared memory a CTA (finish_plan passes
+// cudaDevAttrMaxSharedMemoryPerBlockOptin): on sm_86 / sm_89 / sm_120 (99 KB) the decode family at
+// hd128 (100 KB), decode_mid and decode_wide there and the decode family at hd256 would not launch
+// (cudaFuncSetAttribute refused them at plan time); where every kernel fits (sm_80's 163 KB, sm_90's
+// 227 KB) the choice is the one made without a limit. Needs no device, as the test above.
+TEST(SelectKernel, ChoiceFitsTheDevicesSharedMemory) {
+  const BuildInfo info = build_info();
+  struct DeviceLimit {
+    int sm, smem;
+  };
+  for (const DeviceLimit dev : {DeviceLimit{86, 99 * 1024}, DeviceLimit{89, 99 * 1024}, DeviceLimit{120, 99 * 1024},
+                                DeviceLimit{80, 163 * 1024}, DeviceLimit{90, 227 * 1024}}) {
+    for (DType dt : info.dtypes) {
+      for (int hd : info.head_dims) {
+        for (int rows : {1, 8, 16, 17, 32, 33, 64, 65, 1 << 20}) {
+          for (int64_t items : {int64_t(1), int64_t(27), int64_t(4096)}) {
+            SCOPED_TRACE(testing::Message() << "sm " << dev.sm << " " << dtype_name(dt) << " hd " << hd << " rows "
+                                            << rows << " requests x K/V heads " << items);
+            const dispatch::KernelChoice c = dispatch::select_kernel(dt, hd, rows, dev.sm, items, 132, 0, 0, dev.smem);
+            EXPECT_GT(c.smem_bytes, 0);
+            EXPECT_LE(c.smem_bytes, dev.smem);
+            if (dev.sm == 80 || dev.sm == 90) {
+              EXPECT_EQ(c.id, dispatch::select_kernel(dt, hd, rows, dev.sm, items, 132).id);
+            }
+          }
+        }
+      }
+      if (head_dim_built(info, 128)) {  // an ordinary decode step on 99 KB: 32-key tiles, 52 KB
+        EXPECT_EQ(dispatch::select_kernel(dt, 128, 4, dev.sm, 64, 132, 0, 0, dev.smem).family,
+                  dev.smem < 100 * 1024 ? kernels::Family::kDecodeMany : kernels::Family::kDecode);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
