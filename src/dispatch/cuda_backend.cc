@@ -241,9 +241,12 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // rows of 10-20 us 1.02-1.12x, perf-notes item 82; decode_mid since the lookup moved before the
   // wait, MQA 8 x 512 1.12x, item 165). After decode_many and the wgmma kernel it lost (item 82:
   // 0.90x; item 165: 0.96x), so they keep the ordinary one. GQATTN_DISABLE_PDL=1: the ordinary
-  // launch everywhere.
+  // launch everywhere. Only where the merge's code waits for the attention grid: a GPU past sm_90
+  // runs the sm_80 PTX of a build without its architecture, whose merge would read the partial
+  // rows unsynchronised.
   static const bool pdl_disabled = env_flag("GQATTN_DISABLE_PDL");
-  plan.merge_programmatic = !pdl_disabled && kernels::merge_starts_early(kernel.family) && sm >= 90;
+  plan.merge_programmatic = !pdl_disabled && kernels::merge_starts_early(kernel.family) && sm >= 90 &&
+                            kernels::split_merge_waits_for_attention();
   // The wgmma kernel with items of <= 64 rows (decode rows of a request and K/V head: the group x
   // the new tokens): both consumer warpgroups work on the same rows, each on half of every K/V
   // tile's keys, so neither computes 64 empty rows and each GEMM and softmax a tile is half as long

@@ -71,6 +71,12 @@ struct AttentionKernel {
 };
 
 void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream);
+// Whether the split merge's code on the current device was compiled for sm_90+ (its PTX virtual
+// architecture): only there does it wait for the attention grid (prims::grid_dependency_wait)
+// before it reads the partial rows, so only there may it be a programmatic dependent launch. Code
+// JIT-compiled from the sm_80 PTX has no wait: sm_100 or sm_120 with the default
+// GQATTN_CUDA_ARCHS=80;90a, sm_90 with GQATTN_CUDA_ARCHS=80. Queried once per device.
+bool split_merge_waits_for_attention();
 
 struct MergeStatesParams {
   const void* v = nullptr;

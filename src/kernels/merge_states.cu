@@ -3,6 +3,9 @@
 // Layer: src/kernels (kernels + their host launchers).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "api/env_flag.h"
 #include "kernels/launch.h"
 #include "prims/cuda_check.h"
@@ -322,6 +325,21 @@ void launch_split_merge_rows(DType dtype, const SplitMergeParams& params, int64_
 }
 
 }  // namespace
+
+bool split_merge_waits_for_attention() {
+  // Per device, once: bit d of `known` says that bit d of `waits` holds device d's answer.
+  static std::atomic<uint64_t> known{0}, waits{0};
+  int device = 0;
+  GQ_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (known.load(std::memory_order_acquire) & bit) return (waits.load(std::memory_order_relaxed) & bit) != 0;
+  // Every merge kernel of this file comes from the same image of its module: one stands for all.
+  cudaFuncAttributes attr{};
+  GQ_CUDA_CHECK(cudaFuncGetAttributes(&attr, split_merge_rows_kernel<__nv_bfloat16, kSplitMergeRowsThreads>));
+  if (attr.ptxVersion >= 90) waits.fetch_or(bit, std::memory_order_relaxed);
+  known.fetch_or(bit, std::memory_order_acq_rel);
+  return attr.ptxVersion >= 90;
+}
 
 void launch_split_merge(DType dtype, const SplitMergeParams& params, void* stream) {
   const int64_t rows = static_cast<int64_t>(params.total_qo) * params.num_qo_heads;

@@ -193,6 +193,26 @@ TEST(GpuDecode, SplitKVLongContextMatchesUnsplit) {
   }
 }
 
+// The split merge after a decode-family kernel is a programmatic dependent launch on sm_90+ only
+// where its code waits for the attention grid before it reads the partial rows (code compiled for
+// sm_90+: kernels::split_merge_waits_for_attention); on sm_90 with sm_90a code built it is.
+TEST(GpuDecode, ProgrammaticMergeOnlyWhereItWaits) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  Plan plan;
+  check_decode(info.dtypes.front(), Heads{32, 8}, info.head_dims.front(), 16, 1, KVLayout::kNHD, {20011}, 4600, 0,
+               nullptr, &plan);
+  ASSERT_TRUE(plan.split);
+  ASSERT_TRUE(kernels::merge_starts_early(dispatch::kernel_by_id(plan.kernel_id).family));
+  const int arch = device_sms().arch;
+  const bool waits = kernels::split_merge_waits_for_attention();
+  EXPECT_EQ(plan.merge_programmatic, !env_flag("GQATTN_DISABLE_PDL") && arch >= 90 && waits);
+  const bool sm90_built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
+  if (arch == 90 && sm90_built) {
+    EXPECT_TRUE(waits);
+  }
+}
+
 // The split merge's three kernels (perf-notes item 147): teams of threads a row for plans of <= 8
 // chunks a request, 128-thread blocks a row below 32 chunks, 256-thread blocks from 32. Requests
 // of 0 and 1 keys beside split ones, one and four query tokens, G 32 and 4, the chunk count capped
