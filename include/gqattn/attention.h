@@ -51,7 +51,10 @@ struct Workspace {
   void* data = nullptr;
   size_t bytes = 0;
 };
-// A workspace of this size serves any batch up to 16K requests and head_dim 256.
+// A workspace of this size serves head_dim up to 256 (in a smaller one, down to about 7 MiB, the
+// split-KV partial results take fewer, longer key chunks). Whatever its size, a CUDA plan holds at
+// most 2^17 work items (requests x K/V heads x row tiles x key chunks: 16K decode requests of up
+// to 8 K/V heads, 4K of 32) and 2^16 requests; plan() rejects a larger batch.
 constexpr size_t kRecommendedWorkspaceBytes = size_t(128) << 20;
 
 // Host-side facts about a batch, from which a plan is made. All vectors live on the host.
