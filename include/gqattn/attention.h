@@ -79,11 +79,13 @@ struct PlanInputs {
   // Checked mode: when given (paged only), every page id is checked against [0, num_pages).
   std::vector<int32_t> kv_page_indices;
   int64_t num_pages = -1;
-  // CUDA-graph mode: the attention grid and the workspace layout depend only on the device, the
-  // heads, head_dim and the workspace size, never on the lengths, so a graph captured with one
-  // plan's run() replays correctly after plan() is called again (same workspace, same batch size
-  // and qo_len) with other lengths. Such a graph always launches the split-KV merge, which skips
-  // the requests that were not split.
+  // CUDA-graph mode: the kernel and the workspace layout depend only on the device, the heads,
+  // head_dim, the workspace size and the query rows (decode: batch and qo_len; prefill: qo_indptr),
+  // never on the K/V lengths, and the captured grid's CTAs loop over whatever work list the
+  // workspace holds, so a graph captured with one plan's run() replays correctly after plan() is
+  // called again (same workspace, same query rows) with other K/V lengths. Other query rows need a
+  // new capture: they may pick another kernel (another row tile) and merge other rows. Such a
+  // graph always launches the split-KV merge, which skips the requests that were not split.
   bool enable_cuda_graph = false;
   // CUDA-graph mode, one graph per split decision: run() launches the merge only when this plan
   // split (Plan::split), so a graph replays correctly only after plans with the same Plan::split;
