@@ -181,13 +181,25 @@ __device__ __forceinline__ void merge_chunks(const SplitMergeParams& p, const Sp
 // plans of many chunks a row, kSplitMergeWideThreads. (ncu on the H200, session 1: one warp
 // per row spent 30 us merging 32 chunks; session 9: a two-pass merge with 4 lanes cost ~45 ns a
 // chunk a row, MQA batch 1 x 32K in 128-key chunks 0.80x of 256-key ones.)
+// A programmatic launch lets this grid start, and so end, before the attention grid does; the work
+// after it on the stream or in the graph waits only for this grid. A plan that split nothing leaves
+// no block a split row to wait for, so block 0 waits here: the grid still ends after the attention
+// grid, whose rows o the next kernel may read. (With split rows, their blocks wait.)
+__device__ __forceinline__ void unsplit_wait() {
+  if (blockIdx.x == 0) prims::grid_dependency_wait();
+}
+
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
   const int token = blockIdx.x / p.num_qo_heads;
   const int head = blockIdx.x % p.num_qo_heads;
   const RowLookup l = start_lookup(p, token);
-  // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here.
-  if (l.max_splits <= 1) return;
+  // A CUDA graph launches this kernel after every run; a plan that split nothing ends it here,
+  // once the attention grid is done (unsplit_wait).
+  if (l.max_splits <= 1) {
+    unsplit_wait();
+    return;
+  }
   SplitRow r;
   if (!locate_split_row(p, l, token, head, r)) return;  // uniform per block
   // Launched programmatically on sm_90 (launch_programmatic): the attention kernel may still run.
@@ -233,7 +245,11 @@ __global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_me
   const int token = static_cast<int>(row / p.num_qo_heads);
   const int head = static_cast<int>(row % p.num_qo_heads);
   const RowLookup l = start_lookup(p, token);
-  if (l.max_splits <= 1 || row >= static_cast<int64_t>(p.total_qo) * p.num_qo_heads) return;
+  if (l.max_splits <= 1) {
+    unsplit_wait();
+    return;
+  }
+  if (row >= static_cast<int64_t>(p.total_qo) * p.num_qo_heads) return;
   SplitRow r;
   if (!locate_split_row(p, l, token, head, r)) return;
   prims::grid_dependency_wait();  // as in split_merge_kernel: the lookup needs only the plan
