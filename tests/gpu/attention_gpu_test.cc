@@ -182,6 +182,43 @@ TEST(GpuDecode, PageSizesEveryHeadDimBuilt) {
   }
 }
 
+// Draft tokens (2 and 4 new tokens, causal among them) at every head dim built other than 128
+// (GroupSizesPageSizesQoLens covers 128) on each decode family that takes them there: decode (G 4
+// and 7 x 2 tokens, G 4 x 4), decode_mid (G 7 x 4, G 16 x 2: 28 and 32 rows; decode_wide at hd256)
+// and decode_wide (G 16 x 4, and MQA with 64 query heads x 1 token: 64 rows). Page sizes in turn,
+// both layouts, kv_len 0 and qo_len (1 for one token), lengths off the page and the tile; the
+// 64-row MQA case split and unsplit.
+TEST(GpuDecode, DraftTokensEveryHeadDimBuilt) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  const int page_sizes[] = {1, 3, 16, 64, 256};
+  uint64_t seed = 5300;
+  for (int head_dim : info.head_dims) {
+    if (head_dim == 128) continue;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    std::vector<kernels::Family> seen;
+    auto run = [&](Heads h, int page_size, int qo_len, int max_num_splits) {
+      const KVLayout layout = (seed % 2) ? KVLayout::kHND : KVLayout::kNHD;
+      Plan plan;
+      check_decode(info.dtypes[seed % info.dtypes.size()], h, head_dim, page_size, qo_len, layout,
+                   random_lengths(5, qo_len, 700, seed, true, qo_len), seed, max_num_splits, nullptr, &plan);
+      seen.push_back(dispatch::kernel_by_id(plan.kernel_id).family);
+      ++seed;
+    };
+    int i = 0;
+    for (const Heads& h : {Heads{32, 8}, Heads{14, 2}, Heads{16, 1}}) {
+      for (int qo_len : {2, 4}) run(h, page_sizes[i++ % 5], qo_len, 0);
+    }
+    for (int max_num_splits : {0, 1}) run(Heads{64, 1}, 3, 1, max_num_splits);
+    auto reached = [&](kernels::Family f) { return std::find(seen.begin(), seen.end(), f) != seen.end(); };
+    EXPECT_TRUE(reached(kernels::Family::kDecode));
+    EXPECT_TRUE(reached(kernels::Family::kDecodeWide));
+    if (head_dim <= kernels::kDecodeMidMaxHeadDim) {
+      EXPECT_TRUE(reached(kernels::Family::kDecodeMid));
+    }
+  }
+}
+
 // Batch 1 with a long context: the planner splits the keys over many CTAs and merges them.
 TEST(GpuDecode, SplitKVLongContextMatchesUnsplit) {
   GQ_REQUIRE_GPU();
@@ -210,6 +247,42 @@ TEST(GpuDecode, ProgrammaticMergeOnlyWhereItWaits) {
   const bool sm90_built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
   if (arch == 90 && sm90_built) {
     EXPECT_TRUE(waits);
+  }
+}
+
+// 17..32 packed rows at hd128 with at most SMs / 64 requests x K/V heads run as two 16-row items of
+// the decode family (select_kernel), here with draft tokens: G 8 x 4 tokens (each item two whole
+// tokens), G 12 x 2 (token 1's rows in both items) and G 16 x 2, causal among the new tokens, so
+// the two items of a request mask different keys. One and two requests (a request of exactly
+// qo_len keys beside a long one), pages of 16 and 3, both layouts, split and unsplit.
+TEST(GpuDecode, DraftTokensInTwoSixteenRowItems) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  const int sms = device_sms().count;
+  uint64_t seed = 5400;
+  struct Case {
+    Heads h;
+    int qo_len;
+  };
+  for (const Case& c : {Case{Heads{8, 1}, 4}, Case{Heads{12, 1}, 2}, Case{Heads{16, 1}, 2}}) {
+    const Heads h = c.h;
+    const int qo_len = c.qo_len;
+    const std::vector<std::vector<int32_t>> batches = {{qo_len, 9000}, {5000}};
+    for (size_t b = 0; b < batches.size(); ++b) {
+      for (int max_num_splits : {0, 1}) {
+        Plan plan;
+        check_decode(info.dtypes[seed % info.dtypes.size()], h, 128, b == 0 ? 16 : 3, qo_len,
+                     b == 0 ? KVLayout::kNHD : KVLayout::kHND, batches[b], seed, max_num_splits, nullptr, &plan);
+        // Two 16-row items where requests x K/V heads x 64 <= SMs (2 on an H100 or H200).
+        if (int64_t(batches[b].size()) * h.kv * 64 <= sms) {
+          EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kDecode);
+          EXPECT_EQ(plan.cta_rows, 16);
+        }
+        EXPECT_EQ(plan.max_splits > 1, max_num_splits != 1);
+        ++seed;
+      }
+    }
   }
 }
 
