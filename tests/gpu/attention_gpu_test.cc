@@ -372,6 +372,45 @@ TEST(GpuDecode, WideRowsWithARequestForEverySm) {
   }
 }
 
+// 17..64 packed rows at hd128 with requests x K/V heads between a fifth of the SMs and the SMs: on
+// sm_90 the wgmma kernel with both consumer warpgroups on the halves of each K/V tile
+// (Plan::split_item_keys) and, with so few items, split-KV: the partial rows and the merge of
+// split_item_keys items (WideRowsWithARequestForEverySm has an item an SM and splits nothing).
+// MQA with 32 query heads x 1 and 2 tokens (32 and 64 rows) and 32 requests, page 16 (gathers)
+// and 128 (whole tiles by TMA); G 8 x 4 draft tokens with 4 requests of 8 K/V heads; requests of
+// 9000 and 3001 keys beside kv_len 0, qo_len and short ones; both layouts.
+TEST(GpuDecode, WideRowsSplitOnTheWgmmaKernel) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  const DeviceSms dev = device_sms();
+  const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
+  const bool wgmma = dev.arch == 90 && built && !dispatch::sm90_disabled();
+  const bool split_keys = wgmma && !env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS");
+  uint64_t seed = 5100;
+  struct Case {
+    Heads h;
+    int qo_len, page_size, batch;
+  };
+  const Case cases[] = {{Heads{32, 1}, 1, 16, 32}, {Heads{32, 1}, 2, 128, 32}, {Heads{64, 8}, 4, 16, 4}};
+  for (const Case& c : cases) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      std::vector<int32_t> kv_len = random_lengths(c.batch, c.qo_len, 700, seed, true, c.qo_len);
+      kv_len[2] = 9000;
+      if (c.batch > 3) kv_len[3] = 3001;
+      Plan plan;
+      check_decode(info.dtypes[seed % info.dtypes.size()], c.h, 128, c.page_size, c.qo_len, layout, kv_len, seed, 0,
+                   nullptr, &plan);
+      if (wgmma && int64_t(c.batch) * c.h.kv < dev.count) {
+        EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kPrefillSm90);
+        EXPECT_EQ(plan.split_item_keys, split_keys);
+        EXPECT_GT(plan.max_splits, 1);
+      }
+      ++seed;
+    }
+  }
+}
+
 // Enough requests x K/V heads for decode_many on sm_90 (>= 3 x SMs): 32-key tiles, four CTAs an
 // SM (other devices run the decode family on the same plans). G = 1 and 4, one and two tokens,
 // both layouts, page 16 and page 1, lengths 0, 1 and 2..300 (mostly not multiples of the tile).
@@ -444,7 +483,7 @@ TEST(GpuDecode, BitwiseDeterministic) {
 const std::vector<std::vector<int32_t>> kGraphReplaySteps = {{5000, 30, 6001}, {2, 7777, 16}, {9000, 9001, 4095}};
 void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_splits, Heads h = {32, 8},
                                          const std::vector<std::vector<int32_t>>& steps = kGraphReplaySteps,
-                                         bool grid_covers_work = false) {
+                                         bool grid_covers_work = false, std::vector<Plan>* plans = nullptr) {
   const DType dtype = DType::kBF16;
   const int head_dim = 128, page_size = 16, qo_len = 2;
   const int batch = static_cast<int>(steps[0].size());
@@ -503,6 +542,7 @@ void check_graph_replay_with_new_lengths(bool graph_per_split, int max_num_split
     in.graph_per_split = graph_per_split;
     in.max_num_splits = max_num_splits;
     const Plan plan = decode_plan(in, ws.get(), stream);
+    if (plans != nullptr) plans->push_back(plan);
     EXPECT_EQ(plan.max_splits > 1, max_num_splits != 1);
     EXPECT_EQ(plan.split, !graph_per_split || plan.max_splits > 1);
     if (grid_covers_work) {
@@ -566,6 +606,33 @@ TEST(GpuDecode, CudaGraphPerSplit) {
   {
     SCOPED_TRACE("plans that split nothing: no merge in the graph");
     check_graph_replay_with_new_lengths(true, 1);
+  }
+}
+
+// MQA with 32 query heads x 2 tokens (64 rows) and 32 requests: on sm_90 the wgmma kernel
+// (persistent CTAs, split_item_keys), whose graph grid is one CTA an SM. Captured once with the
+// first step's plan, replayed after plans of new lengths (one request of 6000..8000 keys a step, so
+// every plan splits; kv_len 0 and 2 among them) that move the long request and the chunk count.
+TEST(GpuDecode, CudaGraphReplayOnTheWgmmaKernel) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  std::vector<std::vector<int32_t>> steps(3, std::vector<int32_t>(32));
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < 32; ++i) steps[s][i] = 2 + (i * 71 + s * 113) % 400;
+    steps[s][s] = 0;
+    steps[s][s + 1] = 2;
+    steps[s][7 + s] = 6000 + 1000 * s;
+  }
+  std::vector<Plan> plans;
+  check_graph_replay_with_new_lengths(false, 0, Heads{32, 1}, steps, false, &plans);
+  const DeviceSms dev = device_sms();
+  const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
+  if (dev.arch == 90 && built && !dispatch::sm90_disabled()) {
+    for (const Plan& plan : plans) {
+      EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(plan.split_item_keys, !env_flag("GQATTN_DISABLE_SPLIT_ITEM_KEYS"));
+    }
   }
 }
 
