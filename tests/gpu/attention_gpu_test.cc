@@ -438,10 +438,41 @@ TEST(GpuDecode, ManyRequestsOnTheSmallTileFamily) {
   }
 }
 
+// decode_many where the planner splits it: 400 requests x K/V heads on an H200 (3 x SMs + 4, fewer
+// than its 4 x SMs CTAs) with three requests of 2222..4000 keys among ones of up to 300 (a mean far
+// below 4096), so the long ones take several 32-key-tile chunks and the merge. G = 4 with one token and
+// four draft tokens (16 rows: a whole row tile), page 16 NHD and page 3 HND, kv_len 0 and qo_len.
+TEST(GpuDecode, ManyRequestsSplitOnTheSmallTileFamily) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  const DeviceSms dev = device_sms();
+  const bool expect_many = dev.arch == 90 && !dispatch::decode_many_disabled();
+  const Heads h{16, 4};
+  const int batch = (3 * dev.count + h.kv - 1) / h.kv + 1;
+  uint64_t seed = 5200;
+  for (int qo_len : {1, 4}) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      std::vector<int32_t> kv_len = random_lengths(batch, std::max(2, qo_len), 300, seed, true, qo_len);
+      kv_len[2] = 4000;
+      kv_len[5] = 3100;
+      kv_len[9] = 2222;
+      Plan plan;
+      check_decode(info.dtypes[seed % info.dtypes.size()], h, 128, layout == KVLayout::kNHD ? 16 : 3, qo_len, layout,
+                   kv_len, seed, 0, nullptr, &plan);
+      if (expect_many) {
+        EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kDecodeMany);
+        EXPECT_GT(plan.max_splits, 1);
+      }
+      ++seed;
+    }
+  }
+}
+
 // A few hundred requests x K/V heads of >= 2048 keys on average at hd64: decode_long on sm_90
 // (128-key tiles, two CTAs an SM; other devices run the decode family on the same plans). G = 4
-// with one and two tokens, 256 and 128 items (the planner may split the latter), both layouts,
-// page 16 and page 3, lengths 0, 1 and 2300..2900 (not multiples of the tile).
+// with one, two and four tokens (16 rows), 256 and 128 items (the planner may split the latter),
+// both layouts, page 16 and page 3, lengths 0, qo_len and 2300..2900 (not multiples of the tile).
 TEST(GpuDecode, LongRequestsOnTheLongTileFamily) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
@@ -449,7 +480,7 @@ TEST(GpuDecode, LongRequestsOnTheLongTileFamily) {
   const bool expect_long = device_sms().arch == 90 && !dispatch::decode_long_disabled();
   uint64_t seed = 1900;
   for (int batch : {32, 16}) {
-    for (int qo_len : {1, 2}) {
+    for (int qo_len : {1, 2, 4}) {
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
         const DType dtype = info.dtypes[seed % info.dtypes.size()];
         Plan plan;
