@@ -787,19 +787,23 @@ void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causa
   if (plan_out != nullptr) *plan_out = plan;
 }
 
+// Ragged and paged K/V (pages of 1, 3, 16, 32 and 64 keys: every one gathered, none a whole tile),
+// causal and not, each in both layouts over the group sizes (the layout flips with the group).
 TEST(GpuPrefill, OddLengthsAllGroupSizesRaggedAndPaged) {
   GQ_REQUIRE_GPU();
   uint64_t seed = 300;
+  int group = 0;
   for (const Heads& h : {Heads{4, 4}, Heads{8, 2}, Heads{14, 2}, Heads{16, 2}, Heads{8, 1}}) {
-    for (int page_size : {0, 1, 16, 64}) {
+    for (int page_size : {0, 1, 3, 16, 32, 64}) {
       for (bool causal : {true, false}) {
         // 256: every K/V tile of the wgmma kernel's items whole (no predicated last tile).
         const std::vector<int32_t> len = {1, 17, 97, 0, 300, 256};
-        check_prefill(DType::kBF16, h, 128, page_size, causal, seed % 2 ? KVLayout::kHND : KVLayout::kNHD, len, len,
-                      seed);
+        check_prefill(DType::kBF16, h, 128, page_size, causal, (seed + group) % 2 ? KVLayout::kHND : KVLayout::kNHD,
+                      len, len, seed);
         ++seed;
       }
     }
+    ++group;
   }
 }
 
@@ -990,6 +994,45 @@ TEST(GpuPrefill, WideItemsAtHeadDim64) {
     check_prefill(info.dtypes[0], Heads{32, 1}, 64, 16, true, KVLayout::kNHD, cases[0].qo, cases[0].qo, seed,
                   /*graph=*/true, &plan);
     EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kPrefillSm90);
+  }
+}
+
+// WideItemsAtHeadDim64's shapes with K/V loaded by TMA where it gathers them or uses one map:
+// pages of 128 and 256 keys (whole tiles; the rank-3 map with one K/V head, rank 4 in HND and NHD)
+// and contiguous K/V with two K/V heads; causal and not. A separate test, so that the
+// sanitizers' runs of WideItemsAtHeadDim64 stay short.
+TEST(GpuPrefill, WideItemsWholeTilePagesAtHeadDim64) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 64)) GTEST_SKIP() << "head_dim 64 is not built";
+  const bool built = std::find(info.cuda_archs.begin(), info.cuda_archs.end(), 90) != info.cuda_archs.end();
+  const DeviceSms dev = device_sms();
+  const bool wide = dev.arch == 90 && built && !dispatch::sm90_disabled() && !dispatch::sm90_wide_disabled();
+  struct Case {
+    Heads h;
+    int page_size;
+    bool causal;
+    KVLayout layout;
+  };
+  const Case cases[] = {{Heads{32, 1}, 128, true, KVLayout::kNHD},
+                        {Heads{16, 2}, 0, false, KVLayout::kNHD},
+                        {Heads{16, 2}, 128, true, KVLayout::kHND},
+                        {Heads{16, 2}, 256, false, KVLayout::kNHD}};
+  uint64_t seed = 5500;
+  for (const Case& c : cases) {
+    // The rows of WideItemsAtHeadDim64: >= 4096 packed rows a request and K/V head, items for every SM.
+    const std::vector<int32_t> qo = c.h.kv == 1 ? std::vector<int32_t>{150, 171, 133, 1, 190, 147, 160, 129}
+                                                : std::vector<int32_t>{520, 613, 700, 555};
+    std::vector<int32_t> kv;
+    for (size_t b = 0; b < qo.size(); ++b) kv.push_back(qo[b] + static_cast<int32_t>((b * 89) % 263));
+    if (!c.causal) kv[1] = 0;
+    Plan plan;
+    check_prefill(info.dtypes[seed % info.dtypes.size()], c.h, 64, c.page_size, c.causal, c.layout, qo, kv, seed,
+                  /*graph=*/false, &plan);
+    if (wide) {
+      EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, kernels::Family::kPrefillSm90Wide);
+    }
+    ++seed;
   }
 }
 
