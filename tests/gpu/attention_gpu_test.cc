@@ -1203,11 +1203,14 @@ TEST(SelectKernel, ChoiceFitsTheDevicesSharedMemory) {
 
 // ---------------------------------------------------------------------------------------------
 
+// New tokens in random order, on both sides of page boundaries: positions 15 | 16 and 63 | 64 of
+// one request (the last slot of a page and the first of the next at pages of 16 and 64), first and
+// last slots at pages of 3 and 1; both layouts.
 TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
   GQ_REQUIRE_GPU();
   uint64_t seed = 50;
   for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-    for (int page_size : {1, 3, 16}) {
+    for (int page_size : {1, 3, 16, 64}) {
       SCOPED_TRACE(std::string(layout_name(layout)) + " page " + std::to_string(page_size));
       const Heads h{8, 2};
       const int head_dim = 128;
@@ -1216,10 +1219,11 @@ TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
       const HostTensor v = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed + 1);
       PagedKVHost cpu_kv = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
       // New tokens: a few positions of each request, in random order.
-      const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2};
-      const std::vector<int32_t> positions = {76, 39, 0, 5, 3, 50};
-      const HostTensor k_new = random_tensor({6, h.kv, head_dim}, DType::kBF16, seed + 3);
-      const HostTensor v_new = random_tensor({6, h.kv, head_dim}, DType::kBF16, seed + 4);
+      const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2, 0, 2, 0, 2, 2};
+      const std::vector<int32_t> positions = {76, 39, 0, 5, 3, 50, 16, 63, 15, 64, 6};
+      const int64_t num_new = static_cast<int64_t>(positions.size());
+      const HostTensor k_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 3);
+      const HostTensor v_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 4);
       const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
       DevicePagedKV gpu_kv(cpu_kv);
       DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
