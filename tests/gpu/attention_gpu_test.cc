@@ -828,22 +828,26 @@ TEST(GpuPrefill, CachedPrefixCausalAlignment) {
 
 // Pages that hold whole K/V tiles (a multiple of the sm_90a kernel's 64- or 128-key tile): the
 // Hopper kernel loads those tiles with TMA (paged rank 4, or rank 3 with one K/V head) and the
-// partial last tile with gathers; both layouts, every head dim built.
+// partial last tile with gathers; both layouts, every head dim built. Causal and not in turn over
+// the heads and page sizes, so that each page size and layout runs both ways.
 TEST(GpuPrefill, WholeTilePagesEveryHeadDim) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   uint64_t seed = 900;
   for (int head_dim : info.head_dims) {
+    int heads_turn = 0;
     for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
       for (int page_size : {128, 256}) {
+        const bool causal = (heads_turn + page_size / 128) % 2 == 1;
         for (KVLayout layout : {KVLayout::kHND, KVLayout::kNHD}) {
           SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " page " + std::to_string(page_size) + " " +
                        layout_name(layout));
-          check_prefill(info.dtypes[0], h, head_dim, page_size, seed % 2 == 0, layout, {300, 0, 129, 40},
+          check_prefill(info.dtypes[0], h, head_dim, page_size, causal, layout, {300, 0, 129, 40},
                         {1000, 7, 129, 40}, seed);
           ++seed;
         }
       }
+      ++heads_turn;
     }
   }
 }
@@ -871,18 +875,20 @@ TEST(GpuPrefill, RowMaxJumpsLate) {
 // Pages smaller than the sm_90a kernel's tile at head_dim 256: pages of 32 keys load whole 64-key
 // tiles by TMA, one box per page (each box its own page id; perf-notes item 41), the partial last
 // tile by gathers; pages of 8 and 16 take the gathers (item 115), as the other head dims do. Both
-// layouts, and one K/V head (the rank-3 map).
+// layouts, and one K/V head (the rank-3 map). Causal and not in turn over the heads and page
+// sizes, so that each page size and layout runs both ways.
 TEST(GpuPrefill, SmallPageBoxesHeadDim256) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   if (!head_dim_built(info, 256)) GTEST_SKIP() << "head_dim 256 is not built (-DGQATTN_HEAD_DIMS)";
   uint64_t seed = 1900;
+  int turn = 0;
   for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
     for (int page_size : {8, 16, 32}) {
+      const bool causal = turn++ % 2 == 0;
       for (KVLayout layout : {KVLayout::kHND, KVLayout::kNHD}) {
         SCOPED_TRACE("page " + std::to_string(page_size) + " " + layout_name(layout));
-        check_prefill(info.dtypes[0], h, 256, page_size, seed % 2 == 0, layout, {200, 0, 70, 1}, {457, 5, 70, 129},
-                      seed);
+        check_prefill(info.dtypes[0], h, 256, page_size, causal, layout, {200, 0, 70, 1}, {457, 5, 70, 129}, seed);
         ++seed;
       }
     }
