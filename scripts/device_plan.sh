@@ -9,7 +9,8 @@
 # (Steps h1 and h2, items 195 + 197, ran in session 38 and landed: perf-notes item 199.)
 #   v201  main after items 187 + 189 landed on SASS identity with their session-38 binaries (perf-notes
 #         item 201): the GPU tests at hd 64 / 80 / 128 / 256 and the sanitizers, whose racecheck
-#         names both items' tests (gpu_check.sh build test sanitize, ~300 s)
+#         names both items' tests, and session 40's review fixes and GPU tests (gpu_check.sh build
+#         test sanitize, ~300 s)
 #   w200  item 200 (decode-stages-hd80-96): wip_check.sh at hd 80 / 96 / 112 on the head-dims decode
 #         sweep with its GPU tests; then, on main's binary, the wave rows
 #         (bench/sweeps/ab/decode_waves_hd128.csv: GQA-8 at 32-150 requests, where the unsplit plan
