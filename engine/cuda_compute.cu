@@ -861,7 +861,10 @@ class CudaCompute final : public Compute {
     try {
       graphs_.emplace(key, capture(body));
     } catch (const Error& e) {
-      // The step itself already ran; later steps run eagerly, and say so once.
+      // The step itself already ran; later steps run eagerly, and say so once. The failed call's
+      // error (cudaStreamEndCapture's when the body broke the capture without throwing, or
+      // cudaGraphInstantiate's) is cleared, or the next launch's check would report it.
+      cudaGetLastError();
       graphs_failed_ = true;
       std::fprintf(stderr, "gqattn engine: CUDA graph capture failed, decode steps run eagerly: %s\n", e.what());
     }

@@ -410,5 +410,29 @@ TEST_F(ComputeOps, GemmFirstMetDuringCaptureRunsFromTheGraphThenTunes) {
   check("eager");
 }
 
+// A step whose capture fails without the body throwing (here an unsafe call inside the capture,
+// as a library's hidden synchronisation would be; cudaStreamEndCapture then fails) has run
+// eagerly, is reported on stderr, and leaves later steps eager: their launches still succeed
+// (the failed call's error is not left for the next launch's check to report).
+TEST_F(ComputeOps, AFailedCaptureLeavesLaterStepsEager) {
+  DeviceMatrix y = matrix(DType::kFP32, 1, 64, 64, 0.f);
+  auto stream = static_cast<cudaStream_t>(gpu_->stream());
+  int calls = 0;
+  const auto body = [&] {
+    ++calls;
+    gpu_->fill(y.view, float(calls));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status == cudaStreamCaptureStatusActive)
+      (void)cudaStreamSynchronize(stream);  // invalid while capturing: invalidates the capture
+  };
+  gpu_->run_graph(3, body);  // eager, then the capture that fails
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(gpu_->num_graphs(), 0);
+  ASSERT_NO_THROW(gpu_->run_graph(3, body));  // eager again, no capture
+  EXPECT_EQ(calls, 3);
+  ASSERT_NO_THROW(gpu_->fill(y.view, 4.f));
+  EXPECT_EQ(download<float>(y.view), std::vector<float>(64, 4.f));
+}
+
 }  // namespace
 }  // namespace gqattn::engine
