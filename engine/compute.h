@@ -103,8 +103,10 @@ class Compute {
   virtual void rope(const TensorView& q, const TensorView& k, const TensorView& positions,
                     const TensorView& inv_freq) = 0;
   // rope(), then the step's new K/V written at the tokens' slots of store.kv (gqattn::append_kv:
-  // k rotated, v as given; tokens beyond their request's pages skipped). This default makes the
-  // two calls; CUDA fuses them into one kernel (GQATTN_DISABLE_ENGINE_ROPE_STORE=1: the two calls).
+  // k rotated, v as given; on CUDA tokens beyond their request's pages, the graph buckets' padding,
+  // are skipped; on the CPU, which never pads, append_kv throws for them, after the rotation). This
+  // default makes the two calls; CUDA fuses them into one kernel (GQATTN_DISABLE_ENGINE_ROPE_STORE=1:
+  // the two calls).
   struct KVStore {
     PagedKV kv;                // the layer's pools and the step's page table (CSR)
     TensorView v;              // [n, num_kv_heads, head_dim], k's dtype
