@@ -35,6 +35,19 @@ inline RunnerConfig tiny_runner_config(int num_kv_heads = 0, const std::string& 
   return rc;
 }
 
+// The tiny model with hidden (250), intermediate (330) and vocabulary (509) sizes that are not
+// multiples of 8: no row of the residual stream, the activations, the MLP or the logits starts
+// 16-byte aligned, so the CUDA path takes its scalar kernels and runs cuBLASLt on unaligned leading
+// dimensions (head_dim stays 128, a variant every GPU build compiles).
+inline RunnerConfig odd_tiny_runner_config(int num_kv_heads = 0, const std::string& attention = "gqattn") {
+  RunnerConfig rc = tiny_runner_config(num_kv_heads, attention);
+  rc.model.name = "tiny-odd";
+  rc.model.hidden_size = 250;
+  rc.model.intermediate_size = 330;
+  rc.model.vocab_size = 509;
+  return rc;
+}
+
 inline std::unique_ptr<ModelRunner> make_runner(const RunnerConfig& rc, const std::string& device = "cpu") {
   return std::make_unique<ModelRunner>(make_compute(device), rc);
 }

@@ -1,5 +1,6 @@
 // The tiny model on the CPU path: its logits equal a straightforward float64 forward pass (MHA,
-// GQA and MQA; both attention backends; chunked prefill and decode over shuffled pages), and
+// GQA and MQA; both attention backends; chunked prefill and decode over shuffled pages; sizes
+// that are not multiples of 8), and
 // continuous batching (chunked prefill, preemption, prefix caching, sampling) gives each request
 // exactly the tokens it gets when run alone. Layer: tests (label cpu).
 #include <gtest/gtest.h>
@@ -17,15 +18,19 @@ namespace {
 struct Case {
   int num_kv_heads;
   const char* attention;
+  bool odd_shapes = false;  // test::odd_tiny_runner_config
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.attention << ", " << c.num_kv_heads << " K/V heads"; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.attention << ", " << c.num_kv_heads << " K/V heads" << (c.odd_shapes ? ", odd shapes" : "");
+}
 
 class TinyLogits : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TinyLogits, EqualAFloat64ForwardPass) {
   const Case c = GetParam();
-  const RunnerConfig rc = test::tiny_runner_config(c.num_kv_heads, c.attention);
+  const RunnerConfig rc = c.odd_shapes ? test::odd_tiny_runner_config(c.num_kv_heads, c.attention)
+                                       : test::tiny_runner_config(c.num_kv_heads, c.attention);
   auto runner = test::make_runner(rc);
   const test::ReferenceModel ref(rc.model, random_host_weights(rc.model, test::kSeed));
   // Two requests: a 13-token prompt prefilled in chunks of 5, then 7 decode steps.
@@ -48,9 +53,10 @@ TEST_P(TinyLogits, EqualAFloat64ForwardPass) {
 
 INSTANTIATE_TEST_SUITE_P(HeadsAndBackends, TinyLogits,
                          ::testing::Values(Case{4, "gqattn"}, Case{2, "gqattn"}, Case{1, "gqattn"}, Case{4, "expand"},
-                                           Case{2, "expand"}, Case{1, "expand"}),
+                                           Case{2, "expand"}, Case{1, "expand"}, Case{2, "gqattn", true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(info.param.attention) + "_kv" + std::to_string(info.param.num_kv_heads);
+                           return std::string(info.param.attention) + "_kv" + std::to_string(info.param.num_kv_heads) +
+                                  (info.param.odd_shapes ? "_odd" : "");
                          });
 
 // Each prompt run alone in a fresh engine with ample pages.

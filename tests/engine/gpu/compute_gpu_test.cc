@@ -1,6 +1,8 @@
 // The CUDA compute device's primitives one by one against host references: add_rmsnorm, rope
-// (and its fused K/V store against rope + append_kv), swiglu, embed and gather_rows on shapes that take the 16-byte vector kernels (Llama's 4096 /
-// 11008 / head_dim 128, 128 rows) and shapes whose length, stride or offset forces the scalar
+// (and its fused K/V store against rope + append_kv), swiglu, embed, gather_rows and argmax (ties,
+// NaN), a failed graph capture (later steps stay eager), GEMMs of odd (unaligned) strides; the
+// elementwise ones on shapes that take the 16-byte vector kernels (Llama's 4096 / 11008 / head_dim
+// 128, 128 rows) and shapes whose length, stride or offset forces the scalar
 // ones; the cuBLASLt GEMM tuned (<= 256 tokens), untuned (more), with padded strides, fp32 output,
 // repeatable bit for bit, and first met inside a stream capture. Layer: tests (label gpu; skipped
 // with a message without a GPU).
@@ -17,6 +19,7 @@
 #include "api/host_float.h"
 #include "compute.h"
 #include "gqattn/attention.h"
+#include "sampler.h"
 
 namespace gqattn::engine {
 namespace {
@@ -324,6 +327,44 @@ TEST_F(ComputeOps, GatherRowsCopiesBf16AndFp32Rows) {
   }
 }
 
+// argmax over rows that end inside a block's last stride (5000 = 4 x 1024 + 904 columns, rows
+// 5003 apart): the maximum tied between threads either way round, NaN beside the maximum and in
+// whole rows, rows of -inf, +inf twice, the last column, a constant row. Each token must be
+// engine::argmax's (the CPU path's rule: smallest index on ties, NaN as -inf).
+TEST_F(ComputeOps, ArgmaxBreaksTiesAndTreatsNanAsTheCpuPathDoes) {
+  const int vocab = 5000;
+  const int64_t stride = 5003;
+  std::vector<std::vector<float>> rows(10, std::vector<float>(size_t(vocab)));
+  for (auto& row : rows)
+    for (float& v : row) v = next_uniform();
+  rows[1][7] = rows[1][1030] = rows[1][4999] = 2.f;  // threads 7, 6 and 903: index 7
+  rows[2][2051] = rows[2][1029] = 2.f;                // thread 3 holds the larger index: 1029
+  for (int j = 0; j < vocab; j += 3) rows[3][size_t(j)] = NAN;
+  rows[3][4321] = 2.f;
+  std::fill(rows[4].begin(), rows[4].end(), NAN);
+  std::fill(rows[5].begin(), rows[5].end(), -INFINITY);
+  for (int j = 0; j < vocab; ++j) rows[6][size_t(j)] = j % 2 == 0 ? NAN : -INFINITY;
+  rows[7][2500] = rows[7][3000] = INFINITY;
+  rows[8][4999] = 2.f;
+  std::fill(rows[9].begin(), rows[9].end(), 0.5f);
+  const std::vector<int32_t> want_fixed = {-1, 7, 1029, 4321, 0, 0, 0, 2500, 4999, 0};
+  std::vector<float> flat(rows.size() * size_t(stride), 0.f);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), flat.begin() + r * stride);
+  TensorView logits =
+      TensorView::contiguous(fp32_tensor(flat).data, {int64_t(rows.size()), vocab}, DType::kFP32, Device::kCUDA, 0);
+  logits.strides[0] = stride;
+  const TensorView tokens = int32_tensor(std::vector<int32_t>(rows.size(), -1));
+  gpu_->argmax(logits, tokens);
+  std::vector<int32_t> got(rows.size());
+  gpu_->download(got.data(), tokens.data, got.size() * sizeof(int32_t));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(got[r], argmax(rows[r].data(), vocab)) << "row " << r;
+    if (want_fixed[r] >= 0) {
+      EXPECT_EQ(got[r], want_fixed[r]) << "row " << r;
+    }
+  }
+}
+
 struct GemmCase {
   int n, m, k;
   DType out;
@@ -336,7 +377,9 @@ struct GemmCase {
 TEST_F(ComputeOps, GemmMatchesTheHostAndRepeatsBitForBit) {
   for (const GemmCase& c : {GemmCase{1, 512, 256, DType::kBF16, 0, 0}, GemmCase{128, 384, 4096, DType::kBF16, 0, 0},
                             GemmCase{5, 1000, 256, DType::kFP32, 0, 0}, GemmCase{300, 256, 512, DType::kBF16, 0, 0},
-                            GemmCase{16, 264, 520, DType::kBF16, 8, 0}, GemmCase{8, 256, 256, DType::kBF16, 0, 8}}) {
+                            GemmCase{16, 264, 520, DType::kBF16, 8, 0}, GemmCase{8, 256, 256, DType::kBF16, 0, 8},
+                            GemmCase{4, 509, 250, DType::kFP32, 0, 0}, GemmCase{3, 250, 330, DType::kBF16, 0, 0},
+                            GemmCase{5, 264, 264, DType::kBF16, 1, 0}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << ", m " << c.m << ", k " << c.k << ", " << dtype_name(c.out)
                                       << ", pad " << c.pad << ", offset " << c.offset);
     DeviceMatrix x = matrix(DType::kBF16, c.n, c.k, c.k + c.pad, 1.f, c.offset);

@@ -1,8 +1,9 @@
 // The engine on the GPU against its CPU path: the tiny model's logits over 64 teacher-forced
-// decode steps (MHA, GQA, MQA; both attention backends; with and without CUDA graphs), greedy
-// tokens wherever the top-2 logit gap is larger than the bf16 path's error, random weights made on
-// the device bit-identical to the host's, and 128-request runs (ample and tight page pools) that
-// finish with every token. Layer: tests (label gpu; skipped with a message without a GPU).
+// decode steps (MHA, GQA, MQA; both attention backends; with and without CUDA graphs; sizes that
+// are not multiples of 8), greedy tokens wherever the top-2 logit gap is larger than the bf16
+// path's error, random weights made on the device bit-identical to the host's, and 128-request
+// runs (ample and tight page pools) that finish with every token. Layer: tests (label gpu;
+// skipped with a message without a GPU).
 //
 // Tie-free token checks: where the CPU's top-2 gap exceeds twice the largest |GPU - CPU| logit
 // difference, the GPU's argmax cannot differ, so tokens are compared exactly there.
@@ -39,15 +40,17 @@ struct GpuCase {
   int num_kv_heads;
   const char* attention;
   bool cuda_graph;
+  bool odd_shapes = false;  // test::odd_tiny_runner_config: the scalar kernels, unaligned GEMMs
 };
 
 void PrintTo(const GpuCase& c, std::ostream* os) {
-  *os << c.attention << ", " << c.num_kv_heads << " K/V heads, " << (c.cuda_graph ? "CUDA graphs" : "eager");
+  *os << c.attention << ", " << c.num_kv_heads << " K/V heads, " << (c.cuda_graph ? "CUDA graphs" : "eager")
+      << (c.odd_shapes ? ", odd shapes" : "");
 }
 
 std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) {
   return std::string(info.param.attention) + "_kv" + std::to_string(info.param.num_kv_heads) +
-         (info.param.cuda_graph ? "_graph" : "_eager");
+         (info.param.cuda_graph ? "_graph" : "_eager") + (info.param.odd_shapes ? "_odd" : "");
 }
 
 class GpuTinyModel : public ::testing::TestWithParam<GpuCase> {};
@@ -55,7 +58,8 @@ class GpuTinyModel : public ::testing::TestWithParam<GpuCase> {};
 TEST_P(GpuTinyModel, LogitsAndClearTokensMatchTheCpuPathFor64Steps) {
   GQ_REQUIRE_GPU();
   const GpuCase c = GetParam();
-  RunnerConfig rc = test::tiny_runner_config(c.num_kv_heads, c.attention);
+  RunnerConfig rc = c.odd_shapes ? test::odd_tiny_runner_config(c.num_kv_heads, c.attention)
+                                 : test::tiny_runner_config(c.num_kv_heads, c.attention);
   rc.cuda_graph = c.cuda_graph;
   // The CPU path's greedy continuation of three prompts, then both paths fed those tokens.
   const auto prompts = test::make_prompts({kPromptLen, kPromptLen, kPromptLen}, rc.model.vocab_size, 21);
@@ -104,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(HeadsBackendsGraphs, GpuTinyModel,
                          ::testing::Values(GpuCase{4, "gqattn", true}, GpuCase{2, "gqattn", true},
                                            GpuCase{1, "gqattn", true}, GpuCase{2, "gqattn", false},
                                            GpuCase{4, "expand", true}, GpuCase{2, "expand", true},
-                                           GpuCase{1, "expand", false}),
+                                           GpuCase{1, "expand", false}, GpuCase{2, "gqattn", true, true},
+                                           GpuCase{2, "expand", false, true}),
                          case_name);
 
 // The CPU logits after `tokens` (its last position), from a fresh CPU runner.
