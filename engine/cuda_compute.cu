@@ -84,16 +84,17 @@ unsigned grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t(1) << 20));
 }
 
-// Block-wide sum over kThreads-thread blocks.
+// Block-wide sum over a block of whole warps (at most 32). Only warp 0 reads the partial sums:
+// another warp reading partial[0] would race with warp 0's write of the total there.
 __device__ float block_sum(float v) {
   __shared__ float partial[32];
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = lane < warps ? partial[lane] : 0.f;
   if (warp == 0) {
+    const int warps = blockDim.x >> 5;
+    v = lane < warps ? partial[lane] : 0.f;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0) partial[0] = v;
   }

@@ -77,6 +77,10 @@ if has sanitize; then
     > "$LOG_DIR/memcheck.log" 2>&1 && echo "memcheck: clean" || { status=1; tail -30 "$LOG_DIR/memcheck.log"; }
   $SAN --tool racecheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.ManyItemsPerCta:GpuPrefill.WideItemsAtHeadDim64:GpuDecode.ManyRequestsOnTheSmallTileFamily:GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256' \
     > "$LOG_DIR/racecheck.log" 2>&1 && echo "racecheck: clean" || { status=1; tail -30 "$LOG_DIR/racecheck.log"; }
+  # The engine's block reductions (add_rmsnorm's vector and scalar kernels, argmax).
+  $SAN --tool racecheck "$BUILD/tests/gqattn_engine_gpu_tests" --gtest_filter='ComputeOps.AddRmsnorm*:ComputeOps.Argmax*' \
+    > "$LOG_DIR/racecheck_engine.log" 2>&1 && echo "racecheck (engine): clean" ||
+    { status=1; tail -30 "$LOG_DIR/racecheck_engine.log"; }
   $SAN --tool synccheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.WideItemsAtHeadDim64' \
     > "$LOG_DIR/synccheck.log" 2>&1 && echo "synccheck: clean" || { status=1; tail -30 "$LOG_DIR/synccheck.log"; }
 fi
