@@ -5,7 +5,8 @@ Layer: python/ (imported by the wrappers on first use with torch tensors; import
 Plans stay on the host, outside any graph: an op takes the integer handle of a DecodeWrapper or
 PrefillWrapper (`wrapper.handle`) and runs that wrapper's latest plan. The handle never changes
 when the wrapper re-plans, so a compiled function does not recompile and a captured graph replays
-the new plan (plan with enable_cuda_graph=True, same workspace, batch and qo_len). Each op writes
+the new plan (plan with enable_cuda_graph=True, same workspace and query rows: batch and qo_len
+for decode, qo_indptr for prefill). Each op writes
 its outputs in place (`out`, `lse`, the pools for append_kv), runs on the current CUDA stream and
 allocates nothing.
 """

@@ -380,7 +380,8 @@ class PrefillWrapper(_Wrapper):
         kv_indptr is the page indptr and kv_last_page_len is required. Ragged K/V (page_size 0):
         kv_indptr is the token indptr. causal: aligned to the end of each request's KV (query i of
         qo_len sees keys 0 .. kv_len - qo_len + i), as for chunked prefill and prefix caching.
-        enable_cuda_graph and graph_per_split: as for DecodeWrapper.plan."""
+        enable_cuda_graph and graph_per_split: as for DecodeWrapper.plan, with the same query rows
+        (qo_indptr) in place of the same batch and qo_len: other query rows need a new capture."""
         page_size = _int(page_size, "page_size")
         paged = page_size >= 1
         if paged and kv_last_page_len is None:
