@@ -31,8 +31,13 @@ cat "$LOG_DIR/gpu.txt"
 
 if has build; then
   step build
-  cmake -S . -B "$BUILD" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS="${GQATTN_CUDA_ARCHS:-90a}" \
-    ${GQATTN_HEAD_DIMS:+-DGQATTN_HEAD_DIMS="$GQATTN_HEAD_DIMS"} ${GQATTN_DTYPES:+-DGQATTN_DTYPES="$GQATTN_DTYPES"} \
+  # GQATTN_HEAD_DIMS / GQATTN_DTYPES unset: CMake's defaults (every head dim and dtype), not the lists
+  # a build dir kept from an earlier call on a warm machine has cached (v201's four head dims, bf16).
+  lists=()
+  for v in GQATTN_HEAD_DIMS GQATTN_DTYPES; do
+    if [ -n "${!v:-}" ]; then lists+=("-D$v=${!v}"); else lists+=("-U$v"); fi
+  done
+  cmake -S . -B "$BUILD" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS="${GQATTN_CUDA_ARCHS:-90a}" "${lists[@]}" \
     -DGQATTN_GTEST_SOURCE_DIR="$GTEST" -DPython_EXECUTABLE="$(command -v python3)" > "$LOG_DIR/configure.log" 2>&1 || { tail -30 "$LOG_DIR/configure.log"; exit 1; }
   cmake --build "$BUILD" -j "$(nproc)" > "$LOG_DIR/build.log" 2>&1 || { grep -E "error|Error" -A3 "$LOG_DIR/build.log" | head -60; exit 1; }
   grep -E "spill|registers" "$LOG_DIR/build.log" | sort | uniq -c | head -40 > "$LOG_DIR/ptxas.txt" || true
