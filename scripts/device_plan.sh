@@ -109,11 +109,16 @@ save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.t
 saver=$!
 trap 'kill $saver 2>/dev/null; save' EXIT
 
-# A copy of this tree with wip patches applied (kept between calls while the machine stays warm).
+# A copy of this tree with wip patches applied (kept between calls while the machine stays warm,
+# as long as the patches and the sources are the same: a rerun after a fix to a patch or to main
+# must not build the old copy).
 tree_with() {  # tree_with DIR PATCH...
   local dir=$1; shift
-  if [[ -f "$dir/.dp-applied" && "$(cat "$dir/.dp-applied")" == "$*" ]]; then
-    echo "device_plan: $dir kept from an earlier call ($*)"
+  local stamp
+  stamp="$* $(find . \( -path ./.git -o -path './build*' -o -path ./.deps -o -name __pycache__ \) -prune -o -type f -print0 |
+    LC_ALL=C sort -z | xargs -0 md5sum | md5sum)"
+  if [[ -f "$dir/.dp-applied" && "$(cat "$dir/.dp-applied")" == "$stamp" ]]; then
+    echo "device_plan: $dir kept from an earlier call ($*, same sources)"
     return 0
   fi
   rm -rf "$dir" && mkdir -p "$dir"
@@ -122,7 +127,7 @@ tree_with() {  # tree_with DIR PATCH...
   for p in "$@"; do
     (cd "$dir" && patch -p1 < "$ROOT/$p" > /dev/null) || { echo "device_plan: $p does not apply"; return 1; }
   done
-  echo "$*" > "$dir/.dp-applied"
+  echo "$stamp" > "$dir/.dp-applied"
 }
 
 case $step in
