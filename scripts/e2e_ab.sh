@@ -7,13 +7,15 @@
 # A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set); an item that
 # starts with -- is a flag of `gqattn-serve bench` instead ("p64:--page-size=64"); E2E_ROUNDS=1
 # skips the reversed round. Every run logs
-# its GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_<round>.log.
+# its GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_<round>.log. Exits 1 when
+# a run failed (its total is then "?", left out of the best).
 set -uo pipefail
 build=$1 out=$2; shift 2
 mkdir -p "$out"
 heads=${E2E_HEADS:-8 1}
 summary="$out/summary.txt"
 : > "$summary"
+status=0
 run() {  # run SETTING ROUND
   local name=${1%%:*} vars=${1#*:} round=$2
   local extra="GQATTN_ENGINE_GEMM_LOG=1" env_vars=() flags=() item
@@ -25,7 +27,7 @@ run() {  # run SETTING ROUND
   for h in $heads; do
     local log="$out/${name}_kv${h}_$round.log"
     env "${env_vars[@]}" $extra timeout "${E2E_TIMEOUT:-150}" "$build/gqattn-serve" bench --device cuda \
-      --model llama2-7b --num-kv-heads "$h" "${flags[@]}" > "$log" 2>&1 || echo "$name kv$h round $round: exit $?"
+      --model llama2-7b --num-kv-heads "$h" "${flags[@]}" > "$log" 2>&1 || { echo "$name kv$h round $round: exit $?"; status=1; }
     local total step
     total=$(awk '/^total/ {print $2}' "$log")
     step=$(awk '/^mean decode step/ {print $4}' "$log")
@@ -38,5 +40,6 @@ if [ "${E2E_ROUNDS:-2}" -ge 2 ]; then
   for ((i = ${#settings[@]} - 1; i >= 0; --i)); do run "${settings[$i]}" 2; done
 fi
 echo "best of two rounds per setting and heads:"
-awk '{k = $1 " " $2; t = $6 + 0; if (!(k in best) || t < best[k]) best[k] = t} END {for (k in best) print k, best[k], "s"}' \
+awk '$6 != "?" {k = $1 " " $2; t = $6 + 0; if (!(k in best) || t < best[k]) best[k] = t} END {for (k in best) print k, best[k], "s"}' \
   "$summary" | sort
+exit $status
