@@ -154,7 +154,7 @@ case $step in
     tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
     rc=0
     (cd /tmp/dp-e188 && LOG_DIR="$L" scripts/gpu_check.sh build &&
-      ctest --test-dir build-gpu -R "GpuEngine|GpuTinyModel" --output-on-failure > "$L/engine_tests.log" 2>&1) || rc=1
+      ctest --test-dir build-gpu -R "GpuEngine|GpuTinyModel" --output-on-failure --timeout 300 > "$L/engine_tests.log" 2>&1) || rc=1
     tail -5 "$L/engine_tests.log" 2>/dev/null
     (cd /tmp/dp-e188 && E2E_HEADS="32 1" E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab" \
       "warm:" "cold:GQATTN_DISABLE_ENGINE_WARMUP=1" "p64:--page-size=64") || rc=1
