@@ -24,8 +24,9 @@
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
-#         on the patch below them), and every sweep and GPU test the steps name exists, so a change
-#         to main that breaks a planned call fails in CI, not on the device
+#         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
+#         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
+#         planned call fails in CI, not on the device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -87,6 +88,20 @@ if [[ $step == check ]]; then
         { echo "device_plan check: no GPU test $t (for $patch)"; status=1; }
     done
   done
+  # The GPU scripts' fixed gtest filters (gpu_check.sh's portable rerun and sanitizers, wip_check.sh's
+  # runs): a renamed test leaves a pattern that matches nothing, which gtest and compute-sanitizer
+  # report as a clean pass. Each against its binary's sources (gqattn_engine_gpu_tests:
+  # tests/engine/gpu, gqattn_gpu_tests: tests/gpu).
+  while IFS= read -r line; do
+    dir=tests/gpu; [[ $line == *gqattn_engine_gpu_tests* ]] && dir=tests/engine/gpu
+    filter=${line#*gtest_filter=\'}; filter=${filter%%\'*}
+    IFS=: read -ra pats <<< "$filter"
+    for t in "${pats[@]}"; do
+      re="TEST(_F)?\\(${t%%.*}, ${t#*.}\\)"; re=${re//\*/[A-Za-z0-9_]*}
+      grep -rqE "$re" "$dir" ||
+        { echo "device_plan check: gtest filter $t (${line%%:*}) matches no test in $dir"; status=1; }
+    done
+  done < <(grep -HE "gtest_filter='" scripts/gpu_check.sh scripts/wip_check.sh)
   # e188's ctest filter (GpuEngine|GpuTinyModel): a renamed suite would match nothing and pass.
   apply_all wip/engine-warm-up.patch && for suite in GpuEngine GpuTinyModel; do
     grep -rqE "TEST(_P)?\(${suite}, " "$tmp/t/tests/engine/gpu" ||
