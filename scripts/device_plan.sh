@@ -119,10 +119,12 @@ export GQ_COMMIT
 L=/tmp/dp-logs-$step
 rm -rf "$L" && mkdir -p "$L"
 save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.tgz.part" "$OUT/$step.tgz"; }
-# Every 45 s as well, so that a call stopped at its time limit still returns the logs so far.
-( while sleep 45; do save; done ) &
+# Every 45 s as well, so that a call stopped at its time limit still returns the logs so far. At the
+# end the saver stops its sleep (left running, it held the call's output open for up to 45 s more)
+# and is waited for (a save of its own still running would write the same .part as the last one).
+( trap 'kill $! 2>/dev/null; exit 0' TERM; while :; do sleep 45 & wait $!; save; done ) > /dev/null 2>&1 &
 saver=$!
-trap 'kill $saver 2>/dev/null; save' EXIT
+trap 'kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
 
 # A copy of this tree with wip patches applied (kept between calls while the machine stays warm,
 # as long as the patches and the sources are the same: a rerun after a fix to a patch or to main
