@@ -22,37 +22,41 @@ cd "$(dirname "$0")/.."
 export LOG_DIR=${LOG_DIR:-${OUT:-/tmp}/L}; mkdir -p "$LOG_DIR"
 save() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$LOG_DIR" . ; }
 mode=${1:-verify}
-scripts/gpu_check.sh build > "$LOG_DIR/s_build.txt" 2>&1; tail -1 "$LOG_DIR/s_build.txt"
+# A failed build ends the call: the stages after it would run no binary, or on a warm machine (which
+# keeps build-gpu) an earlier build's under this commit's name. Exits 1 when a stage failed.
+scripts/gpu_check.sh build > "$LOG_DIR/s_build.txt" 2>&1 || { tail -20 "$LOG_DIR/s_build.txt"; save; exit 1; }
+tail -1 "$LOG_DIR/s_build.txt"
+status=0
 case $mode in
   verify)
-    scripts/gpu_check.sh test 2>&1 | grep -E "tests passed|tests failed|PASSED|FAILED" | head -20; save
+    scripts/gpu_check.sh test 2>&1 | grep -E "tests passed|tests failed|PASSED|FAILED" | head -20 || status=1; save
     scripts/decode_probe.sh build-gpu/gqattn-bench; save  # items 10 and 12 of docs/perf-notes.md
-    PYTEST_TIMEOUT=200 scripts/gpu_check.sh python 2>&1 | grep -E "passed|failed|error" | head -6; save
-    scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10; save
+    PYTEST_TIMEOUT=200 scripts/gpu_check.sh python 2>&1 | grep -E "passed|failed|error" | head -6 || status=1; save
+    scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10 || status=1; save
     ;;
   measure)
     # Every row the median of 30 timed calls (BENCHMARKS.md; gpu_check.sh's default), ours and the
     # peers'. Until session 29 prefill took 10 and decode 20: after a 300 ms idle, 10 calls of a
     # long prefill row are a burst above the card's sustained power (1 x 16K non-causal: the first
     # calls at ~700 TFLOP/s, then ~616, ours and cuDNN alike; perf-notes item 159).
-    BENCH_FAMILIES=prefill PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2; save
-    E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt"; save
-    [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit 0; }
-    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2; save
+    BENCH_FAMILIES=prefill PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2 || status=1; save
+    E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt" || status=1; save
+    [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit $status; }
+    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2 || status=1; save
     ;;
   land)
     # The decode table first, straight after the build: with the tests and the sanitizers before
     # it, its first rows ran 4-9% slow in sessions 17 and 18 (perf-notes items 89, 103); a table
     # whose tests then fail is not reported.
-    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2; save
+    BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2 || status=1; save
     # The sweep's first eight rows again after the sweep (printed, not tabled): item 103's check.
     head -9 bench/sweeps/decode.csv > "$LOG_DIR/first_rows.csv"
     build-gpu/gqattn-bench --device cuda --sweep "$LOG_DIR/first_rows.csv" --iters 20 \
       --csv "$LOG_DIR/ours_decode_rerun.csv" > "$LOG_DIR/rerun.log" 2>&1 &&
       python3 bench/compare.py "$LOG_DIR/ours_decode.csv" "$LOG_DIR/ours_decode_rerun.csv" | tail -1; save
-    scripts/gpu_check.sh test 2>&1 | grep -E "tests passed|tests failed|PASSED|FAILED" | head -20; save
-    scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10; save
-    E2E_RUNS="gqattn:32 gqattn:8 gqattn:1" E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt"; save
+    scripts/gpu_check.sh test 2>&1 | grep -E "tests passed|tests failed|PASSED|FAILED" | head -20 || status=1; save
+    scripts/gpu_check.sh sanitize 2>&1 | grep -E "clean|ERROR|error" | head -10 || status=1; save
+    E2E_RUNS="gqattn:32 gqattn:8 gqattn:1" E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt" || status=1; save
     ;;
   profile)
     scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,1,128,16,128,1,32768,1" \
@@ -78,3 +82,4 @@ case $mode in
   *) echo "final_gpu_run.sh: unknown mode '$mode' (verify, measure, land or profile)"; exit 2 ;;
 esac
 save
+exit $status
