@@ -18,18 +18,24 @@ double visible_pairs(int qo_len, int kv_len, bool causal) {
   return pairs;
 }
 
+BenchCase make_case(const char* family, int num_qo_heads, int num_kv_heads, int head_dim, int batch, int qo_len,
+                    int kv_len) {
+  BenchCase c;
+  c.family = family;
+  c.num_qo_heads = num_qo_heads;
+  c.num_kv_heads = num_kv_heads;
+  c.head_dim = head_dim;
+  c.batch = batch;
+  c.qo_len = qo_len;
+  c.kv_len = kv_len;
+  return c;
+}
+
 TEST(BenchCase, PrefillFlopsCountTheVisiblePairs) {
   struct Shape { int qo_len, kv_len; bool causal; };
   for (const Shape s : {Shape{4, 4, true}, Shape{4, 4, false}, Shape{1024, 1024, true}, Shape{2, 5, true},
                         Shape{512, 8704, true}, Shape{3, 7, false}}) {
-    BenchCase c;
-    c.family = "prefill";
-    c.num_qo_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 64;
-    c.batch = 3;
-    c.qo_len = s.qo_len;
-    c.kv_len = s.kv_len;
+    BenchCase c = make_case("prefill", 4, 2, 64, 3, s.qo_len, s.kv_len);
     c.causal = s.causal;
     EXPECT_DOUBLE_EQ(prefill_flops(c), 4.0 * visible_pairs(s.qo_len, s.kv_len, s.causal) * 4 * 64 * 3)
         << s.qo_len << " x " << s.kv_len << " causal " << s.causal;
@@ -39,14 +45,8 @@ TEST(BenchCase, PrefillFlopsCountTheVisiblePairs) {
 // K and V once per KV head (not per query head) for the request's kv_len (not padded to whole
 // pages), Q and O for every new token, at qo_len > 1 too.
 TEST(BenchCase, DecodeBytesCountKvOncePerKvHead) {
-  BenchCase c;
-  c.num_qo_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
+  BenchCase c = make_case("decode", 32, 8, 128, 2, 4, 1000);
   c.page_size = 16;
-  c.batch = 2;
-  c.qo_len = 4;
-  c.kv_len = 1000;
   EXPECT_DOUBLE_EQ(decode_bytes(c), 2.0 * (2 * 1000 * 8 * 128) * 2 + 2.0 * (2 * 4 * 32 * 128) * 2);
 }
 
