@@ -208,22 +208,24 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
                           !decode_long_disabled();
   if (long_tiles) family = Family::kDecodeLong;
   bool head_dim_built = false, dtype_built = false;
-  // This dtype and head_dim's rows: another may run where the family does not fit the device.
-  std::vector<FamilyFit> rows;
-  std::vector<const KernelChoice*> row_choice;
-  int wanted = -1;
   for (const KernelChoice& c : table()) {
     head_dim_built |= c.head_dim == head_dim;
     dtype_built |= c.dtype == dtype;
-    if (c.dtype != dtype || c.head_dim != head_dim) continue;
-    if (c.family == family) wanted = static_cast<int>(rows.size());
-    rows.push_back(FamilyFit{c.family, c.cta_rows, c.smem_bytes});
-    row_choice.push_back(&c);
-  }
-  if (wanted >= 0) {
+    if (c.dtype != dtype || c.head_dim != head_dim || c.family != family) continue;
+    if (max_smem <= 0 || c.smem_bytes <= max_smem) return c;
+    // Too big for this device: another family of this dtype and head_dim (fit_shared_memory).
+    std::vector<FamilyFit> rows;
+    std::vector<const KernelChoice*> row_choice;
+    int wanted = -1;
+    for (const KernelChoice& r : table()) {
+      if (r.dtype != dtype || r.head_dim != head_dim) continue;
+      if (&r == &c) wanted = static_cast<int>(rows.size());
+      rows.push_back(FamilyFit{r.family, r.cta_rows, r.smem_bytes});
+      row_choice.push_back(&r);
+    }
     const int fit = fit_shared_memory(rows, wanted, max_packed_rows, max_smem);
     GQ_CHECK(fit >= 0, "head_dim ", head_dim, ": no attention kernel of this build fits the device's ", max_smem,
-             " bytes of shared memory a block (the one chosen takes ", rows[wanted].smem_bytes, ")");
+             " bytes of shared memory a block (the one chosen takes ", c.smem_bytes, ")");
     return *row_choice[fit];
   }
   GQ_CHECK(head_dim_built, "head_dim ", head_dim,
