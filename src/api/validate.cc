@@ -127,10 +127,10 @@ void check_aligned(const TensorView& t, const std::string& arg, Device device) {
   }
 }
 
-// A tensor argument and its name in messages.
+// A tensor argument and its name in messages (a literal: nothing is built unless a check fails).
 struct Named {
   const TensorView* view;
-  std::string name;
+  const char* name;
 };
 
 // The bytes [begin, end) from t's lowest to its highest element (strides may be negative).
@@ -189,12 +189,15 @@ void check_outputs(std::initializer_list<Named> outputs, const std::vector<Named
   }
 }
 
-// kv's five tensors, named `name`.k_pages and so on.
-std::vector<Named> paged_tensors(const PagedKV& kv, const std::string& name) {
-  return {{&kv.k_pages, name + ".k_pages"}, {&kv.v_pages, name + ".v_pages"},
-          {&kv.kv_page_indptr, name + ".kv_page_indptr"},
-          {&kv.kv_page_indices, name + ".kv_page_indices"},
-          {&kv.kv_last_page_len, name + ".kv_last_page_len"}};
+// A PagedKV's five tensors and their names (kPagedNames of the argument `kv` or `paged`).
+using PagedNames = const char* const[5];
+constexpr PagedNames kKvNames = {"kv.k_pages", "kv.v_pages", "kv.kv_page_indptr", "kv.kv_page_indices",
+                                 "kv.kv_last_page_len"};
+constexpr PagedNames kPagedNames = {"paged.k_pages", "paged.v_pages", "paged.kv_page_indptr",
+                                    "paged.kv_page_indices", "paged.kv_last_page_len"};
+std::vector<Named> paged_tensors(const PagedKV& kv, const PagedNames& names) {
+  return {{&kv.k_pages, names[0]}, {&kv.v_pages, names[1]}, {&kv.kv_page_indptr, names[2]},
+          {&kv.kv_page_indices, names[3]}, {&kv.kv_last_page_len, names[4]}};
 }
 
 // A 1-D int32 index tensor with `length` entries (kAny: any), contiguous, on the device.
@@ -511,7 +514,7 @@ void validate_decode_args(const Plan& plan, const DecodeArgs& args) {
   check_run_lse(args.lse, plan);
   GQ_CHECK(args.kv.defined(), "kv: not given (kv.k_pages is undefined)");
   check_paged(args.kv, "kv", plan);
-  std::vector<Named> inputs = paged_tensors(args.kv, "kv");
+  std::vector<Named> inputs = paged_tensors(args.kv, kKvNames);
   inputs.push_back({&args.q, "q"});
   check_outputs({{&args.o, "o"}, {&args.lse, "lse"}}, inputs, &args.o, &args.q);
   if (plan.device == Device::kCPU) check_paged_contents(args.kv, "kv", plan);
@@ -540,7 +543,7 @@ void validate_prefill_args(const Plan& plan, const PrefillArgs& args) {
   std::vector<Named> inputs;
   if (args.paged.defined()) {
     check_paged(args.paged, "paged", plan);
-    inputs = paged_tensors(args.paged, "paged");
+    inputs = paged_tensors(args.paged, kPagedNames);
   } else {
     check_ragged(args.ragged, "ragged", plan);
     inputs = {{&args.ragged.k, "ragged.k"}, {&args.ragged.v, "ragged.v"},
