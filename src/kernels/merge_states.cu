@@ -172,6 +172,14 @@ __device__ __forceinline__ void merge_chunks(const SplitMergeParams& p, const Sp
   }
 }
 
+// A programmatic launch lets a merge grid start, and so end, before the attention grid does; the work
+// after it on the stream or in the graph waits only for the merge grid. A plan that split nothing leaves
+// no block a split row to wait for, so block 0 waits here: the grid still ends after the attention
+// grid, whose rows o the next kernel may read. (With split rows, their blocks wait.)
+__device__ __forceinline__ void unsplit_wait() {
+  if (blockIdx.x == 0) prims::grid_dependency_wait();
+}
+
 // One block per (query token, query head): finds the token's request, and if that request was
 // split, merges its chunks' partial rows into o / lse. Thread t takes float4 column group
 // t % (head_dim / 4) of chunks t / (head_dim / 4), t / (head_dim / 4) + lanes, ..., merging them
@@ -181,14 +189,6 @@ __device__ __forceinline__ void merge_chunks(const SplitMergeParams& p, const Sp
 // plans of many chunks a row, kSplitMergeWideThreads. (ncu on the H200, session 1: one warp
 // per row spent 30 us merging 32 chunks; session 9: a two-pass merge with 4 lanes cost ~45 ns a
 // chunk a row, MQA batch 1 x 32K in 128-key chunks 0.80x of 256-key ones.)
-// A programmatic launch lets this grid start, and so end, before the attention grid does; the work
-// after it on the stream or in the graph waits only for this grid. A plan that split nothing leaves
-// no block a split row to wait for, so block 0 waits here: the grid still ends after the attention
-// grid, whose rows o the next kernel may read. (With split rows, their blocks wait.)
-__device__ __forceinline__ void unsplit_wait() {
-  if (blockIdx.x == 0) prims::grid_dependency_wait();
-}
-
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
   const int token = blockIdx.x / p.num_qo_heads;
