@@ -82,10 +82,11 @@ struct DecodeResult {
   HostTensor o, lse;
 };
 
-// Runs one decode configuration on the CPU oracle and the GPU and compares.
+// Runs one decode configuration on the CPU oracle and the GPU and compares. far: the GPU's pages
+// past 4 GiB of their pools (DevicePagedKV).
 void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len, KVLayout layout,
                   const std::vector<int32_t>& kv_len, uint64_t seed, int max_num_splits = 0,
-                  DecodeResult* gpu_out = nullptr, Plan* gpu_plan = nullptr) {
+                  DecodeResult* gpu_out = nullptr, Plan* gpu_plan = nullptr, bool far = false) {
   const std::string what = describe_case(dtype, h, head_dim, page_size, qo_len, layout, kv_len);
   SCOPED_TRACE(what);
   const int batch = static_cast<int>(kv_len.size());
@@ -116,7 +117,7 @@ void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len,
   DeviceWorkspace ws;
   const Plan plan = decode_plan(in, ws.get());
   DeviceTensor dq(q);
-  DevicePagedKV dkv(paged);
+  DevicePagedKV dkv(paged, far);
   DeviceTensor d_o(o_ref), d_lse(lse_ref);
   d_o.poison();
   d_lse.poison();
@@ -676,9 +677,11 @@ TEST(GpuDecode, CudaGraphReplayOnTheWgmmaKernel) {
 // late_jumps: K of two keys of every request (a third and three quarters in) set to 16 and 64 in
 // every column, so that the rows whose query sums are positive see their max jump by tens of
 // log2 units in a late tile (O rescaled by factors near 0), the others not at all.
+// far: the GPU's pages past 4 GiB of their pools (DevicePagedKV), or contiguous K/V rows spread
+// past 4 GiB (DeviceSpreadRows).
 void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causal, KVLayout layout,
                    const std::vector<int32_t>& qo_len, const std::vector<int32_t>& kv_len, uint64_t seed,
-                   bool graph = false, Plan* plan_out = nullptr, bool late_jumps = false) {
+                   bool graph = false, Plan* plan_out = nullptr, bool late_jumps = false, bool far = false) {
   std::ostringstream what_os;
   what_os << describe_case(dtype, h, head_dim, page_size, -1, layout, kv_len) << " causal " << causal << " qo [";
   for (int32_t l : qo_len) what_os << l << " ";
@@ -740,18 +743,26 @@ void check_prefill(DType dtype, Heads h, int head_dim, int page_size, bool causa
   const Plan plan = prefill_plan(in, ws.get(), stream);
   DeviceTensor dq(q), d_qo_indptr(d_qo_indptr_host), d_o(o_ref), d_lse(lse_ref);
   std::unique_ptr<DevicePagedKV> dpaged;
+  std::unique_ptr<DeviceSpreadRows> dk_far, dv_far;
   DeviceTensor dk, dv, d_kv_indptr;
   PrefillArgs args;
   args.q = dq.view();
   args.qo_indptr = d_qo_indptr.view();
   if (page_size > 0) {
-    dpaged = std::make_unique<DevicePagedKV>(paged);
+    dpaged = std::make_unique<DevicePagedKV>(paged, far);
     args.paged = dpaged->view();
   } else {
-    dk = DeviceTensor(ragged.k);
-    dv = DeviceTensor(ragged.v);
     d_kv_indptr = DeviceTensor(ragged.kv_indptr);
-    args.ragged = RaggedKV{dk.view(), dv.view(), d_kv_indptr.view()};
+    if (far) {
+      const int64_t stride = spread_past_4gib(ragged.k.view().shape[0], dtype);
+      dk_far = std::make_unique<DeviceSpreadRows>(ragged.k, stride);
+      dv_far = std::make_unique<DeviceSpreadRows>(ragged.v, stride);
+      args.ragged = RaggedKV{dk_far->view(), dv_far->view(), d_kv_indptr.view()};
+    } else {
+      dk = DeviceTensor(ragged.k);
+      dv = DeviceTensor(ragged.v);
+      args.ragged = RaggedKV{dk.view(), dv.view(), d_kv_indptr.view()};
+    }
   }
   args.causal = causal;
   args.o = d_o.view();
@@ -1232,6 +1243,109 @@ TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
       const HostTensor v_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 4);
       const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
       DevicePagedKV gpu_kv(cpu_kv);
+      DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
+      append_kv(cpu_kv.view(), k_new.view(), v_new.view(), b_t.view(), p_t.view());
+      append_kv(gpu_kv.view(), dk_new.view(), dv_new.view(), db.view(), dp.view());
+      sync_and_check();
+      EXPECT_EQ(gpu_kv.k_pages.to_host(cpu_kv.k_pages).storage(), cpu_kv.k_pages.storage());
+      EXPECT_EQ(gpu_kv.v_pages.to_host(cpu_kv.v_pages).storage(), cpu_kv.v_pages.storage());
+      ++seed;
+    }
+  }
+}
+
+// Pools past 4 GiB (a serving engine's cache on a 141 GB GPU): every page the requests use lies
+// past 2^31 elements and 2^32 bytes of its pool (DevicePagedKV's far pages), so a 32-bit page
+// offset anywhere on the way shows. At every head dim built: G = 4 (the decode family; a batch of 4
+// splits, so the merge's partial rows too) and MQA's 32 rows (decode_mid / decode_wide, or the
+// wgmma kernel on sm_90). At hd128: page 1 (the largest page ids), draft tokens, decode_many's
+// request count; at hd64 decode_long's lengths. Both layouts, pages of 1, 3 and 16. Each case
+// allocates ~8.6 GB.
+TEST(GpuLargePools, DecodePastFourGiB) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  const DeviceSms dev = device_sms();
+  uint64_t seed = 7100;
+  auto dtype = [&] { return info.dtypes[seed % info.dtypes.size()]; };
+  for (int head_dim : info.head_dims) {
+    check_decode(dtype(), Heads{32, 8}, head_dim, 16, 1, KVLayout::kNHD, {0, 1, 700, 3001}, seed, 0, nullptr,
+                 nullptr, /*far=*/true);
+    ++seed;
+    check_decode(dtype(), Heads{32, 1}, head_dim, 16, 1, KVLayout::kHND, random_lengths(8, 1, 900, seed, true),
+                 seed, 0, nullptr, nullptr, /*far=*/true);
+    ++seed;
+  }
+  if (head_dim_built(info, 128)) {
+    struct Case {
+      Heads h;
+      int qo_len, page_size, batch, max_len;
+      KVLayout layout;
+    };
+    const Case cases[] = {{Heads{32, 1}, 2, 1, 32, 700, KVLayout::kNHD},
+                          {Heads{64, 8}, 4, 16, 4, 3000, KVLayout::kHND},
+                          {Heads{16, 4}, 1, 3, (3 * dev.count + 3) / 4 + 1, 300, KVLayout::kNHD}};
+    for (const Case& c : cases) {
+      check_decode(dtype(), c.h, 128, c.page_size, c.qo_len, c.layout,
+                   random_lengths(c.batch, c.qo_len, c.max_len, seed, true, c.qo_len), seed, 0, nullptr, nullptr,
+                   /*far=*/true);
+      ++seed;
+    }
+  }
+  if (head_dim_built(info, 64)) {
+    check_decode(dtype(), Heads{32, 8}, 64, 3, 1, KVLayout::kHND, random_lengths(32, 2300, 2900, seed, true), seed,
+                 0, nullptr, nullptr, /*far=*/true);
+  }
+}
+
+// Prefill with its K/V past 4 GiB, at every head dim built: pages of 16 (gathered) and 128 (whole
+// tiles: TMA boxes on sm_90) past 4 GiB of their pools, and contiguous K/V whose last quarter of
+// rows lies past 4 GiB (DeviceSpreadRows); hd64's wide MQA items. Causal and not, both layouts.
+TEST(GpuLargePools, PrefillPastFourGiB) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  uint64_t seed = 7200;
+  for (int head_dim : info.head_dims) {
+    int turn = 0;
+    for (int page_size : {16, 128, 0}) {
+      const bool causal = turn % 2 == 0;
+      const KVLayout layout = turn == 1 ? KVLayout::kHND : KVLayout::kNHD;
+      check_prefill(info.dtypes[seed % info.dtypes.size()], page_size == 128 ? Heads{8, 1} : Heads{8, 2}, head_dim,
+                    page_size, causal, layout, {300, 0, 129, 40}, {1000, 7, 129, 40}, seed, false, nullptr, false,
+                    /*far=*/true);
+      ++seed;
+      ++turn;
+    }
+  }
+  if (head_dim_built(info, 64)) {
+    const std::vector<int32_t> qo = {150, 171, 133, 1, 190, 147, 160, 129};
+    std::vector<int32_t> kv;
+    for (size_t b = 0; b < qo.size(); ++b) kv.push_back(qo[b] + static_cast<int32_t>((b * 97) % 301));
+    check_prefill(info.dtypes[0], Heads{32, 1}, 64, 16, true, KVLayout::kNHD, qo, kv, seed, false, nullptr, false,
+                  /*far=*/true);
+  }
+}
+
+// append_kv into pages past 4 GiB of their pools: pages of 1 and 16, both layouts; the written
+// pools equal the CPU's byte for byte.
+TEST(GpuLargePools, AppendKVPastFourGiB) {
+  GQ_REQUIRE_GPU();
+  uint64_t seed = 7300;
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+    for (int page_size : {1, 16}) {
+      SCOPED_TRACE(std::string(layout_name(layout)) + " page " + std::to_string(page_size));
+      const Heads h{8, 2};
+      const int head_dim = 128;
+      const std::vector<int32_t> kv_len = {40, 1, 77};
+      const HostTensor k = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed);
+      const HostTensor v = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed + 1);
+      PagedKVHost cpu_kv = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
+      const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2};
+      const std::vector<int32_t> positions = {76, 39, 0, 5, 50, 16};
+      const int64_t num_new = static_cast<int64_t>(positions.size());
+      const HostTensor k_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 3);
+      const HostTensor v_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 4);
+      const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
+      DevicePagedKV gpu_kv(cpu_kv, /*far=*/true);
       DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
       append_kv(cpu_kv.view(), k_new.view(), v_new.view(), b_t.view(), p_t.view());
       append_kv(gpu_kv.view(), dk_new.view(), dv_new.view(), db.view(), dp.view());

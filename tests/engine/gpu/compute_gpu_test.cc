@@ -179,19 +179,23 @@ TEST_F(ComputeOps, RopeMatchesTheHostOnVectorAndScalarPaths) {
 struct RopeStoreCase {
   int tokens, q_heads, k_heads, head_dim, page_size;
   KVLayout layout;
+  bool far = false;  // the pages used lie past 4 GiB of their pools
 };
 
 // The fused RoPE + K/V store writes bit for bit what rope followed by gqattn::append_kv writes
 // (the default Compute::rope_store_kv): q and k in place, k and v at each token's page slot, a
 // token beyond its request's pages skipped; on the fused path (head_dim % 16 == 0) and the
-// fallback (head_dim 24), NHD and HND pools, pages of 1, 3 and 16 tokens.
+// fallback (head_dim 24), NHD and HND pools, pages of 1, 3 and 16 tokens; and pools of more than
+// 4 GiB whose used pages all lie past 2^32 bytes (a 32-bit slot offset shows), on both paths.
 TEST_F(ComputeOps, RopeStoreKvEqualsRopeThenAppendKv) {
   for (const RopeStoreCase& c :
        {RopeStoreCase{128, 32, 8, 128, 16, KVLayout::kNHD}, RopeStoreCase{128, 32, 1, 128, 16, KVLayout::kNHD},
         RopeStoreCase{7, 4, 2, 64, 3, KVLayout::kHND}, RopeStoreCase{9, 4, 4, 128, 1, KVLayout::kNHD},
-        RopeStoreCase{5, 3, 1, 24, 3, KVLayout::kNHD}}) {
+        RopeStoreCase{5, 3, 1, 24, 3, KVLayout::kNHD}, RopeStoreCase{128, 32, 8, 128, 16, KVLayout::kHND, true},
+        RopeStoreCase{9, 4, 1, 128, 1, KVLayout::kNHD, true}, RopeStoreCase{5, 3, 1, 24, 3, KVLayout::kHND, true}}) {
     SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.q_heads << "/" << c.k_heads << " heads, head_dim "
-                                      << c.head_dim << ", page " << c.page_size << ", " << layout_name(c.layout));
+                                      << c.head_dim << ", page " << c.page_size << ", " << layout_name(c.layout)
+                                      << (c.far ? ", pages past 4 GiB" : ""));
     const int64_t width = int64_t(c.q_heads + 2 * c.k_heads) * c.head_dim;
     // Three requests: the tokens split among them in order, each request's positions consecutive
     // from a random start; the last token's request owns too few pages (its write is skipped).
@@ -215,12 +219,18 @@ TEST_F(ComputeOps, RopeStoreKvEqualsRopeThenAppendKv) {
       indptr.push_back(int32_t(indices.size()));
     }
     ASSERT_LE(int64_t(indices.size()), pages_total);
-    const int64_t pool_elems = pages_total * c.page_size * c.k_heads * c.head_dim;
+    const int64_t page_elems = int64_t(c.page_size) * c.k_heads * c.head_dim;
+    const int64_t pool_elems = pages_total * page_elems;
+    // far: `lead` pages before the 64 that are filled and compared, allocated and never written;
+    // the page ids move up by as many.
+    const int64_t lead = c.far ? (int64_t(1) << 32) / (page_elems * 2) + 1 : 0;
+    for (int32_t& page : indices) page = int32_t(page + lead);
     const auto pool = [&](const DeviceMatrix& m) {
+      void* base = static_cast<uint16_t*>(m.view.data) - lead * page_elems;
       return c.layout == KVLayout::kNHD
-                 ? TensorView::contiguous(m.view.data, {pages_total, c.page_size, c.k_heads, c.head_dim},
+                 ? TensorView::contiguous(base, {lead + pages_total, c.page_size, c.k_heads, c.head_dim},
                                           DType::kBF16, Device::kCUDA, 0)
-                 : TensorView::contiguous(m.view.data, {pages_total, c.k_heads, c.page_size, c.head_dim},
+                 : TensorView::contiguous(base, {lead + pages_total, c.k_heads, c.page_size, c.head_dim},
                                           DType::kBF16, Device::kCUDA, 0);
     };
     // Two copies of everything: one for the fused call, one for the two-call reference.
@@ -228,8 +238,8 @@ TEST_F(ComputeOps, RopeStoreKvEqualsRopeThenAppendKv) {
     for (int w = 0; w < 2; ++w) {
       const uint64_t seed = seed_;
       qkv[w] = matrix(DType::kBF16, c.tokens, width, width, 3.f);
-      kp[w] = matrix(DType::kBF16, 1, pool_elems, pool_elems, 1.f);
-      vp[w] = matrix(DType::kBF16, 1, pool_elems, pool_elems, 1.f);
+      kp[w] = matrix(DType::kBF16, 1, pool_elems, pool_elems, 1.f, lead * page_elems);
+      vp[w] = matrix(DType::kBF16, 1, pool_elems, pool_elems, 1.f, lead * page_elems);
       if (w == 0) seed_ = seed;  // the second copy draws the same values
     }
     std::vector<float> inv_freq;
