@@ -452,14 +452,17 @@ void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
                  ") must be in [1, page_size (", in.page_size, ")]: request ", b, " owns ", pages,
                  " pages");
         kv_len[b] = (pages - 1) * in.page_size + last;
-        GQ_CHECK(kv_len[b] <= INT32_MAX, "kv_len of request ", b, " (", kv_len[b],
-                 ") does not fit in int32");
       }
     }
   } else {
     GQ_CHECK(in.kv_last_page_len.empty(), "kv_last_page_len: must be empty for ragged K/V (page_size 0), got ",
              in.kv_last_page_len.size(), " entries");
     for (int64_t b = 0; b < batch; ++b) kv_len[b] = int64_t(in.kv_indptr[b + 1]) - in.kv_indptr[b];
+  }
+  // Paged pools may list one page many times, so a request's keys are not bounded by memory.
+  for (int64_t b = 0; b < batch; ++b) {
+    GQ_CHECK(kv_len[b] <= kMaxKvLen, "kv_len of request ", b, " (", kv_len[b], ") exceeds ", kMaxKvLen,
+             " keys (the kernels index a request's keys in int32)");
   }
 
   std::vector<int64_t> qo_len(batch);
@@ -477,6 +480,15 @@ void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
     GQ_CHECK(int64_t(in.qo_indptr.size()) == batch + 1, "qo_indptr: expected ", batch + 1,
              " entries (batch + 1, from kv_indptr), got ", in.qo_indptr.size());
     for (int64_t b = 0; b < batch; ++b) qo_len[b] = int64_t(in.qo_indptr[b + 1]) - in.qo_indptr[b];
+  }
+
+  // A request's packed rows (its query tokens x the group's query heads) are int32 row indices in
+  // the work list and the kernels: a product past them would wrap there (and in the CPU backend).
+  const int64_t group_size = in.num_qo_heads / in.num_kv_heads;
+  for (int64_t b = 0; b < batch; ++b) {
+    GQ_CHECK(qo_len[b] * group_size <= kMaxPackedRows, "request ", b, ": qo_len (", qo_len[b],
+             ") x group size (num_qo_heads / num_kv_heads = ", group_size, ") is ", qo_len[b] * group_size,
+             " packed query rows, more than ", kMaxPackedRows, " (split the request)");
   }
 
   // A causal mask puts the new tokens at the end of the KV, so there must be room for them

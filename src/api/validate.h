@@ -15,6 +15,12 @@ namespace gqattn {
 constexpr int kCpuMaxHeadDim = 512;
 // Most new tokens per request in one CUDA decode (packed with the group into the MMA rows).
 constexpr int kCudaMaxDecodeQoLen = 8;
+// Most packed query rows (qo_len x group size) of one request: the work list and the kernels index
+// them in int32 (row_begin + a tile, FastDivmod by the group), so 2^30 leaves them headroom.
+constexpr int64_t kMaxPackedRows = int64_t(1) << 30;
+// Most keys of one request: the kernels index keys in int32 and run up to a few tiles past the
+// last (tile starts, page lookups ahead), the planner doubles chunk sizes up to it.
+constexpr int64_t kMaxKvLen = int64_t(1) << 30;
 // Alignment of data pointers and row strides that the GPU kernels' 16-byte vector loads need.
 constexpr int64_t kCudaAlignBytes = 16;
 

@@ -155,7 +155,7 @@ void attend(const Plan& plan, const TensorView& q, const TensorView& o, const Te
   std::vector<Task> tasks;
   double work = 0.0, longest = 0.0;
   for (int b = 0; b < plan.batch; ++b) {
-    const int64_t rows = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
+    const int64_t rows = int64_t(plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
     for (int g = 0; g < plan.num_kv_heads; ++g)
       for (int64_t r = 0; r < rows; r += kTaskRows) tasks.push_back(Task{b, g, r, std::min(r + kTaskRows, rows)});
     work += double(rows) * plan.num_kv_heads * double(plan.kv_len[b]) * double(head_dim);

@@ -194,7 +194,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   int64_t keys = 0, requests = 0, rows = 0;  // of the requests with query rows
   std::vector<int32_t> row_tiles(plan.batch);  // each request's packed rows, then its row tiles
   for (int b = 0; b < plan.batch; ++b) {
-    row_tiles[b] = (plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size;
+    // int32 after validate_plan_inputs (kMaxPackedRows); the product in int64 all the same.
+    row_tiles[b] = static_cast<int32_t>(int64_t(plan.qo_indptr[b + 1] - plan.qo_indptr[b]) * group_size);
     max_rows = std::max(max_rows, row_tiles[b]);
     if (row_tiles[b] > 0) {
       requests_x_kv_heads += plan.num_kv_heads;

@@ -187,6 +187,45 @@ TEST(ValidatePlan, CausalQoLenBeyondKvLen) {
   expect_rejected([&] { decode_plan(in, Workspace{}); }, {"request 1: qo_len (8) exceeds kv_len (7)"});
 }
 
+TEST(ValidatePlan, PackedRowsBeyondInt32Headroom) {
+  // Request 0's qo_len x group size is its packed query rows, int32 indices in the work list and
+  // the kernels: 2^23 tokens x 128 heads a K/V head is the most; one token more is rejected
+  // before anything wraps (an int32 product there would be 2^31 + 128 at 2^24 tokens).
+  PlanInputs in = good_prefill_inputs();
+  in.causal = false;
+  in.num_qo_heads = 256;
+  in.num_kv_heads = 2;
+  in.qo_indptr = {0, 1 << 23, (1 << 23) + 2};
+  EXPECT_NO_THROW(validate_plan_inputs(in, false));
+  in.qo_indptr = {0, (1 << 23) + 1, (1 << 23) + 3};
+  expect_rejected([&] { prefill_plan(in, Workspace{}); },
+                  {"request 0: qo_len (8388609) x group size", "1073741952 packed query rows", "1073741824"});
+  in.qo_indptr = {0, 1 << 24, (1 << 24) + 2};
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"request 0: qo_len (16777216)", "2147483648 packed"});
+}
+
+TEST(ValidatePlan, KvLenBeyondInt32Headroom) {
+  // A paged request may list one page many times, so 2^30 keys need no memory to plan; past that
+  // the kernels' int32 key indices (a tile past the last key) would wrap.
+  PlanInputs in = good_decode_inputs();
+  in.kv_indptr = {0, 1 << 28, (1 << 28) + 1};  // 2^28 pages of 4 keys
+  in.kv_last_page_len = {4, 1};
+  EXPECT_NO_THROW(validate_plan_inputs(in, true));
+  in.kv_indptr = {0, 2, (1 << 28) + 3};
+  in.kv_last_page_len = {1, 2};
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"kv_len of request 1 (1073741826) exceeds 1073741824 keys"});
+  in.kv_indptr = {0, 2, (1 << 29) + 2};  // 2^31 keys: past int32 itself
+  in.kv_last_page_len = {1, 4};
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_len of request 1 (2147483648) exceeds"});
+  in = good_prefill_inputs();  // ragged: token indptr
+  in.causal = false;
+  in.page_size = 0;
+  in.kv_last_page_len.clear();
+  in.kv_indptr = {0, 3, (1 << 30) + 4};
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"kv_len of request 1 (1073741825) exceeds"});
+}
+
 TEST(ValidatePlan, CheckedModePageOutsidePool) {
   PlanInputs in = good_decode_inputs();
   in.kv_page_indices = {3, 99, 0, 1, 2, 5};
