@@ -643,6 +643,9 @@ void validate_merge_states(const TensorView& v, const TensorView& s, const Tenso
   const Device device = v.device;
   const int device_id = v.device_id;
   const int64_t n = v.shape[0], states = v.shape[1], heads = v.shape[2], head_dim = v.shape[3];
+  // The GPU kernel takes these three as int (n, and n x num_heads, in int64).
+  GQ_CHECK(states <= INT32_MAX && heads <= INT32_MAX && head_dim <= INT32_MAX, "v: num_states (", states,
+           "), num_heads (", heads, ") and head_dim (", head_dim, ") must each fit in int32");
   const char* ref = "v";
   const DType fp32 = DType::kFP32;
   check_shape(s, "s", {{"n", n}, {"num_states", states}, {"num_heads", heads}});

@@ -339,7 +339,7 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
     p.s_out_stride_n = s_merged.strides[0];
     p.s_out_stride_h = s_merged.strides[1];
   }
-  p.n = static_cast<int>(v.shape[0]);
+  p.n = v.shape[0];
   p.num_states = static_cast<int>(v.shape[1]);
   p.num_heads = static_cast<int>(v.shape[2]);
   p.head_dim = static_cast<int>(v.shape[3]);

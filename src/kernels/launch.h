@@ -89,7 +89,8 @@ struct MergeStatesParams {
   int64_t out_stride_n = 0, out_stride_h = 0;
   float* s_out = nullptr;
   int64_t s_out_stride_n = 0, s_out_stride_h = 0;
-  int n = 0, num_states = 0, num_heads = 0, head_dim = 0;
+  int64_t n = 0;  // rows: may pass 2^31 at small head_dim
+  int num_states = 0, num_heads = 0, head_dim = 0;
 };
 void launch_merge_states(const MergeStatesParams& params, void* stream);
 

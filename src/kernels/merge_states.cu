@@ -3,7 +3,9 @@
 // Layer: src/kernels (kernels + their host launchers).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 
 #include "api/env_flag.h"
@@ -260,28 +262,32 @@ __global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_me
   store_merged_row<T>(p, token, head, cg, st, acc);
 }
 
+// A warp per (n, head) row, rows in int64 (n x num_heads may pass 2^31 at small head_dim), over a
+// grid capped at gridDim.x's limit (warps loop past it).
 template <typename TIn, typename TOut>
 __global__ void merge_states_kernel(const MergeStatesParams p) {
-  const int row = blockIdx.x * kMergeWarps + threadIdx.x / 32;
+  const int64_t rows = p.n * p.num_heads;
   const int lane = threadIdx.x % 32;
-  if (row >= p.n * p.num_heads) return;
-  const int n = row / p.num_heads;
-  const int h = row % p.num_heads;
-  const TIn* v = static_cast<const TIn*>(p.v) + n * p.v_stride_n + h * p.v_stride_h;
-  const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
-  TOut* out = static_cast<TOut*>(p.v_out) + n * p.out_stride_n + h * p.out_stride_h;
-  // Pass 1: the merged max and sum; pass 2: the weighted sum of the states, column by column.
-  const prims::MergeState state = prims::warp_merge_lse(s, p.s_stride_s, p.num_states, prims::kLog2e);
-  const float inv = state.inv_sum();
-  for (int col = lane; col < p.head_dim; col += 32) {
-    float acc = 0.f;
-    for (int st = 0; st < p.num_states; ++st) {
-      const float weight = prims::merge_weight(state, s[st * p.s_stride_s] * prims::kLog2e);
-      if (weight != 0.f) acc += weight * prims::to_float(v[st * p.v_stride_s + col]);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kMergeWarps) {
+    const int64_t n = row / p.num_heads;
+    const int h = static_cast<int>(row % p.num_heads);
+    const TIn* v = static_cast<const TIn*>(p.v) + n * p.v_stride_n + h * p.v_stride_h;
+    const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
+    TOut* out = static_cast<TOut*>(p.v_out) + n * p.out_stride_n + h * p.out_stride_h;
+    // Pass 1: the merged max and sum; pass 2: the weighted sum of the states, column by column.
+    const prims::MergeState state = prims::warp_merge_lse(s, p.s_stride_s, p.num_states, prims::kLog2e);
+    const float inv = state.inv_sum();
+    for (int col = lane; col < p.head_dim; col += 32) {
+      float acc = 0.f;
+      for (int st = 0; st < p.num_states; ++st) {
+        const float weight = prims::merge_weight(state, s[st * p.s_stride_s] * prims::kLog2e);
+        if (weight != 0.f) acc += weight * prims::to_float(v[st * p.v_stride_s + col]);
+      }
+      out[col] = prims::from_float<TOut>(acc * inv);
     }
-    out[col] = prims::from_float<TOut>(acc * inv);
+    if (p.s_out != nullptr && lane == 0) p.s_out[n * p.s_out_stride_n + h * p.s_out_stride_h] = state.lse2() * prims::kLn2;
   }
-  if (p.s_out != nullptr && lane == 0) p.s_out[n * p.s_out_stride_n + h * p.s_out_stride_h] = state.lse2() * prims::kLn2;
 }
 
 template <typename TIn>
@@ -378,9 +384,9 @@ void launch_split_merge(DType dtype, const SplitMergeParams& params, void* strea
 }
 
 void launch_merge_states(const MergeStatesParams& p, void* stream) {
-  const int64_t rows = static_cast<int64_t>(p.n) * p.num_heads;
+  const int64_t rows = p.n * p.num_heads;
   if (rows == 0) return;
-  const dim3 grid(static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((rows + kMergeWarps - 1) / kMergeWarps, INT32_MAX)));
   const dim3 block(32 * kMergeWarps);
   auto s = static_cast<cudaStream_t>(stream);
   switch (p.v_dtype) {

@@ -792,6 +792,11 @@ TEST_F(MergeArgs, MergedOverlapsInput) {
   expect_rejected_untouched({"v_merged: shares memory with v"});
 }
 
+TEST_F(MergeArgs, DimsBeyondInt32) {
+  v.view().shape[2] = int64_t(1) << 31;  // rejected before any shape or memory is looked at
+  expect_rejected_untouched({"v: num_states (2), num_heads (2147483648) and head_dim (64) must each fit in int32"});
+}
+
 TEST_F(MergeArgs, Int32Values) {
   v.view().dtype = DType::kInt32;
   expect_rejected_untouched({"v: dtype int32 is not supported"});
