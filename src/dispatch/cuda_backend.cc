@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "api/env_flag.h"
 #include "dispatch/select_kernel.h"
@@ -44,7 +45,9 @@ Layout make_layout(size_t bytes, int head_dim) {
   GQ_CHECK(bytes >= l.partial_lse + kAlign, "workspace: ", bytes, " bytes is too small; at least ",
            l.partial_lse + kAlign, " needed (kRecommendedWorkspaceBytes = ", kRecommendedWorkspaceBytes, ")");
   const size_t rest = bytes - l.partial_lse - kAlign;
-  l.partial_rows_cap = static_cast<int64_t>(rest / (sizeof(float) * (head_dim + 1)));
+  // Partial rows are int32 in the work list (WorkItem / MergeRequest::partial_base): a workspace
+  // of more rows than that (hundreds of GB) leaves the rest unused.
+  l.partial_rows_cap = std::min<int64_t>(static_cast<int64_t>(rest / (sizeof(float) * (head_dim + 1))), INT32_MAX);
   l.partial_o = align_up(l.partial_lse + l.partial_rows_cap * sizeof(float));
   return l;
 }
