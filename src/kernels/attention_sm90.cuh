@@ -786,6 +786,14 @@ struct Sm90Prefill {
     }
     for (int i = 0; i < rank - 1; ++i)
       if (strides[i] % 16 != 0 || (i > 0 && strides[i] < strides[i - 1])) return t;
+    // The encoder's limits (dims in [1, 2^32], strides < 2^40 bytes; a negative stride wraps past
+    // them), checked here rather than trusted to the driver: a pool beyond them takes the gathers,
+    // whose offsets are 64-bit. The kernel's coordinates (page ids, ragged token rows) come from
+    // int32 tables, so they stay in TMA's int32 range.
+    for (int i = 0; i < rank; ++i)
+      if (dims[i] == 0 || dims[i] > (cuuint64_t(1) << 32)) return t;
+    for (int i = 0; i < rank - 1; ++i)
+      if (strides[i] >= (cuuint64_t(1) << 40)) return t;
     if (reinterpret_cast<uintptr_t>(p.k) % 16 != 0 || reinterpret_cast<uintptr_t>(p.v) % 16 != 0) return t;
     const CUtensorMapDataType type =
         sizeof(T) == 2 && std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
