@@ -584,6 +584,8 @@ void validate_append_kv(const PagedKV& kv, const TensorView& k_new, const Tensor
   const int64_t head_dim = kv.head_dim();
   check_shape(k_new, "k_new", {{"num_tokens", kAny}, {"num_kv_heads", heads}, {"head_dim", head_dim}});
   const int64_t tokens = k_new.shape[0];
+  // The GPU kernel's token count is an int (a count past it would be truncated: tokens skipped).
+  GQ_CHECK(tokens <= INT32_MAX, "k_new: num_tokens (", tokens, ") does not fit in int32");
   check_shape(v_new, "v_new", {{"num_tokens", tokens}, {"num_kv_heads", heads}, {"head_dim", head_dim}});
   for (const auto* t : {&k_new, &v_new}) {
     const char* arg = t == &k_new ? "k_new" : "v_new";

@@ -677,6 +677,11 @@ TEST_F(AppendKvArgs, GoodCallWrites) {
   EXPECT_FALSE(all_bytes_equal(kv.k_pages, kPoison));
 }
 
+TEST_F(AppendKvArgs, TokenCountBeyondInt32) {
+  k_new.view().shape[0] = (int64_t(1) << 32) + 3;  // would reach the kernel as 3 tokens
+  expect_rejected_untouched({"k_new: num_tokens (4294967299) does not fit in int32"});
+}
+
 TEST_F(AppendKvArgs, PositionBeyondThePages) {
   ints(positions)[2] = 8;  // request 1 owns 2 pages of 4 tokens
   expect_rejected_untouched({"positions[2] (8) lies outside the pages of request 1", "2 pages of 4 tokens"});
