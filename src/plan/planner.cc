@@ -136,7 +136,9 @@ WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr
           w.kv_head = h;
           w.row_begin = static_cast<int32_t>(ti * cta_rows);
           w.kv_begin = num_chunks > 1 ? c * kv_chunk : 0;
-          w.kv_end = num_chunks > 1 ? std::min(kv_len, (c + 1) * kv_chunk) : kv_len;
+          // In int64: the last chunk's end may pass INT32_MAX (kv_len near it, a chunk of millions).
+          w.kv_end = num_chunks > 1 ? static_cast<int32_t>(std::min<int64_t>(kv_len, int64_t(c + 1) * kv_chunk))
+                                    : kv_len;
           w.qo_begin = qo_begin;
           w.qo_len = qo_len;
           w.kv_len = kv_len;

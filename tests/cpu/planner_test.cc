@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
@@ -253,6 +254,22 @@ TEST(BuildWorkList, PrefillCoverageWithEmptyRequests) {
   for (const int cta_rows : {64, 128})
     for (const int kv_chunk : {0, 128, 512})
       check_coverage(plan, in.kv_indptr, cta_rows, kv_chunk);
+}
+
+// A request of INT32_MAX keys (the most a plan's int32 lengths hold) in the chunks the planner picks
+// for it: the last chunk's end, (c + 1) x kv_chunk, lies past INT32_MAX and wrapped negative in
+// int, so that chunk held no key.
+TEST(BuildWorkList, ChunksOfARequestOfInt32MaxKeys) {
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.num_qo_heads = 1;
+  in.num_kv_heads = 1;
+  in.head_dim = 128;
+  in.page_size = 0;
+  in.qo_indptr = {0, 1};
+  in.kv_indptr = {0, INT32_MAX};
+  const Plan plan = plan::describe(in, false);
+  check_coverage(plan, in.kv_indptr, 16, 153472);
 }
 
 TEST(BuildWorkList, NoSplitMeansDirectOutput) {
