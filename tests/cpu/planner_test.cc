@@ -152,6 +152,20 @@ TEST(ChooseKvChunk, RequestsWithoutRowsDoNotCount) {
   EXPECT_EQ(plan::choose_kv_chunk({100000}, {0}, 1, kTargetCtas, 128, 128, 0), 0);
 }
 
+// One request of millions of keys beside 263 short ones, MQA (264 items leave an H200-sized GPU of
+// 528 CTAs room to split): the split counts that round to a chunk already scored are skipped. The
+// search scored every count up to max_kv / min_chunk over the whole batch before: 13 ms a plan at
+// 1M keys, 52 ms at 4M, 26 s at 2^31 - 1. The chunks are those that exhaustive search chose.
+TEST(ChooseKvChunk, LongestRequestOfMillionsOfKeys) {
+  const std::pair<int32_t, int> cases[] = {{1 << 20, 1344}, {4 << 20, 1792}, {16 << 20, 2560}, {INT32_MAX, 153472}};
+  for (const auto& [longest, chunk] : cases) {
+    std::vector<int32_t> kv_len(264, 1024);
+    const std::vector<int32_t> tiles(264, 1);
+    kv_len[0] = longest;
+    EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 1, 528, kKvTile, 128, 0, 264 * 32), chunk) << longest;
+  }
+}
+
 // ---- build_work_list ---------------------------------------------------------------------------
 
 // Checks that the work list covers each (request, kv head, row tile) exactly once per chunk,
