@@ -95,8 +95,51 @@ ModelRunner::ModelRunner(std::unique_ptr<Compute> compute, const RunnerConfig& c
   ctx.page_size = config_.page_size;
   ctx.max_step_pages = max_step_pages_;
   attention_ = make_attention_backend(config_.attention, ctx);
+  probe_step_plans();
   allocate_pool();
   compute_->synchronize();
+}
+
+void ModelRunner::probe_step_plans() {
+  // The largest steps this configuration lets the scheduler make, planned once here: where one
+  // passes a limit of the attention plans (the GPU's work items a plan, requests a plan, packed
+  // rows), the engine fails at start-up naming the setting, not in the middle of a run.
+  const int page_size = config_.page_size;
+  const int32_t pages = int32_t((int64_t(max_model_len_) + page_size - 1) / page_size);
+  const int32_t last_len = int32_t(max_model_len_ - int64_t(pages - 1) * page_size);
+  // `decodes` requests of one new token and `prefill_lens` chunks, every request at max_model_len
+  // keys (a chunk ends its request's keys, as the last chunk of a prompt does).
+  const auto probe = [&](int decodes, const std::vector<int>& prefill_lens, bool graph, const char* step) {
+    AttentionMetadata m;
+    m.num_decode = decodes;
+    m.num_prefill = int(prefill_lens.size());
+    m.cuda_graph = graph;
+    m.kv_page_indptr.push_back(0);
+    m.prefill_qo_indptr.push_back(0);
+    m.prefill_kv_page_indptr.push_back(0);
+    for (int r = 0; r < m.batch(); ++r) {
+      m.kv_page_indptr.push_back(m.kv_page_indptr.back() + pages);
+      m.kv_last_page_len.push_back(last_len);
+      if (r < decodes) continue;
+      m.prefill_qo_indptr.push_back(m.prefill_qo_indptr.back() + prefill_lens[size_t(r - decodes)]);
+      m.prefill_kv_page_indptr.push_back(m.prefill_kv_page_indptr.back() + pages);
+    }
+    m.num_tokens = decodes + m.prefill_qo_indptr.back();
+    try {
+      attention_->plan(m);
+    } catch (const Error& e) {
+      throw Error(detail::concat("the ", config_.attention, " attention backend cannot plan this configuration's largest ", step,
+              " (--max-num-seqs ", config_.max_num_seqs, ", --max-num-batched-tokens ", config_.max_num_batched_tokens,
+              ", max_model_len ", max_model_len_, "): ", e.what()));
+    }
+  };
+  const bool graphs = !buckets_.empty();
+  probe(max_batch_, {}, graphs, "decode step");
+  // Prefill: the most requests (short chunks: an item each a K/V head at least), then the longest chunk.
+  const int requests = std::min(config_.max_num_seqs, max_tokens_);
+  const int chunk = int(std::min<int64_t>(max_model_len_, max_tokens_ / requests));
+  probe(0, std::vector<int>(size_t(requests), chunk), false, "prefill step");
+  probe(0, {int(std::min<int64_t>(max_model_len_, max_tokens_))}, false, "prefill chunk");
 }
 
 ModelRunner::~ModelRunner() = default;

@@ -105,6 +105,7 @@ class ModelRunner {
   void materialize_weights();
   void allocate_buffers();
   void allocate_pool();
+  void probe_step_plans();
   AttentionMetadata upload_metadata(const ForwardBatch& batch, bool cuda_graph);
   void run_model(const AttentionMetadata& meta, int num_samples);
   int graph_bucket(int batch) const;

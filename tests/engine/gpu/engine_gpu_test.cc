@@ -20,6 +20,7 @@
 
 #include "engine_test_util.h"
 #include "gqattn/attention.h"
+#include "gqattn/error.h"
 #include "sampler.h"
 
 namespace gqattn::engine {
@@ -253,6 +254,29 @@ TEST(GpuEngine, HundredTwentyEightRequestsFinishWithEveryToken) {
 TEST(GpuEngine, HundredTwentyEightRequestsSurvivePreemption) {
   GQ_REQUIRE_GPU();
   run_128(128 * 64 / 2, true);
+}
+
+// A configuration whose largest decode step passes a limit of the GPU plans (40,000 running
+// requests x 4 K/V heads: 160,000 work items, more than a plan holds) fails when the runner is
+// built, naming the setting, where it would have failed at the first such step of a run; half
+// as many requests build.
+TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
+  GQ_REQUIRE_GPU();
+  RunnerConfig rc = test::tiny_runner_config(4);
+  rc.cuda_graph = false;
+  rc.max_model_len = 8;
+  rc.max_num_seqs = 40000;
+  rc.max_num_batched_tokens = 40000;
+  try {
+    test::make_runner(rc, "cuda");
+    ADD_FAILURE() << "a runner was built for 40,000 running requests of 4 K/V heads";
+  } catch (const gqattn::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("largest decode step"), std::string::npos) << what;
+    EXPECT_NE(what.find("--max-num-seqs 40000"), std::string::npos) << what;
+  }
+  rc.max_num_seqs = rc.max_num_batched_tokens = 20000;
+  EXPECT_NO_THROW(test::make_runner(rc, "cuda"));
 }
 
 }  // namespace
