@@ -95,15 +95,18 @@ ModelRunner::ModelRunner(std::unique_ptr<Compute> compute, const RunnerConfig& c
   ctx.page_size = config_.page_size;
   ctx.max_step_pages = max_step_pages_;
   attention_ = make_attention_backend(config_.attention, ctx);
-  probe_step_plans();
   allocate_pool();
+  probe_step_plans();
   compute_->synchronize();
 }
 
 void ModelRunner::probe_step_plans() {
   // The largest steps this configuration lets the scheduler make, planned once here: where one
   // passes a limit of the attention plans (the GPU's work items a plan, requests a plan, packed
-  // rows), the engine fails at start-up naming the setting, not in the middle of a run.
+  // rows), the engine fails at start-up naming the setting, not in the middle of a run. A request
+  // of a step writes its new tokens to a page of its own (prefix caching shares full pages only,
+  // and never the page of a prompt's last token), so a step holds at most num_pages requests and
+  // num_pages x page_size new tokens: a pool smaller than --max-num-seqs caps the steps.
   const int page_size = config_.page_size;
   const int32_t pages = int32_t((int64_t(max_model_len_) + page_size - 1) / page_size);
   const int32_t last_len = int32_t(max_model_len_ - int64_t(pages - 1) * page_size);
@@ -130,16 +133,29 @@ void ModelRunner::probe_step_plans() {
     } catch (const Error& e) {
       throw Error(detail::concat("the ", config_.attention, " attention backend cannot plan this configuration's largest ", step,
               " (--max-num-seqs ", config_.max_num_seqs, ", --max-num-batched-tokens ", config_.max_num_batched_tokens,
-              ", max_model_len ", max_model_len_, "): ", e.what()));
+              ", max_model_len ", max_model_len_, ", ", num_pages_, " pages of ", page_size, " tokens): ", e.what()));
     }
   };
+  const int requests = std::min(config_.max_num_seqs, num_pages_);
+  // Decode steps are padded up to a graph bucket (padding requests own no page).
   const bool graphs = !buckets_.empty();
-  probe(max_batch_, {}, graphs, "decode step");
-  // Prefill: the most requests (short chunks: an item each a K/V head at least), then the longest chunk.
-  const int requests = std::min(config_.max_num_seqs, max_tokens_);
-  const int chunk = int(std::min<int64_t>(max_model_len_, max_tokens_ / requests));
-  probe(0, std::vector<int>(size_t(requests), chunk), false, "prefill step");
-  probe(0, {int(std::min<int64_t>(max_model_len_, max_tokens_))}, false, "prefill chunk");
+  probe(graphs ? graph_bucket(requests) : requests, {}, graphs, "decode step");
+  // Prefill: the most requests in chunks of one length (short chunks: an item each a K/V head at
+  // least); the most requests with the tokens in as few chunks as they fill (one-token chunks and
+  // long ones: the most row tiles, up to twice the first's where the long chunks take the prefill
+  // kernel's 128-row tiles); the longest chunk.
+  const int64_t tokens = std::min<int64_t>(max_tokens_, int64_t(num_pages_) * page_size);
+  const int prefills = int(std::min<int64_t>(requests, tokens));
+  const int chunk = int(std::min<int64_t>(max_model_len_, tokens / prefills));
+  probe(0, std::vector<int>(size_t(prefills), chunk), false, "prefill step");
+  std::vector<int> mixed(static_cast<size_t>(prefills));
+  int64_t budget = tokens;
+  for (int r = 0; r < prefills; ++r) {  // leaves a token for each chunk after this one
+    mixed[size_t(r)] = int(std::min<int64_t>(max_model_len_, budget - (prefills - 1 - r)));
+    budget -= mixed[size_t(r)];
+  }
+  probe(0, mixed, false, "prefill step");
+  probe(0, {int(std::min<int64_t>(max_model_len_, tokens))}, false, "prefill chunk");
 }
 
 ModelRunner::~ModelRunner() = default;

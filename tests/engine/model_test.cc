@@ -245,5 +245,65 @@ TEST(Engine, ConfigurationErrorsNameTheFlag) {
   EXPECT_NE(message([&] { test::make_runner(rc); }).find("--kv-pool-gib"), std::string::npos);
 }
 
+// The steps the runner plans at start-up (probe_step_plans), seen through a backend that records
+// each plan: the most requests a step can hold (--max-num-seqs, or the pool's pages where fewer:
+// each request of a step writes to a page of its own), the most tokens, the longest chunk, and a
+// step of one-token chunks beside long ones.
+struct ProbedStep {
+  int decodes, prefills, tokens, longest;
+};
+std::vector<ProbedStep>& probed_steps() {
+  static std::vector<ProbedStep> steps;
+  return steps;
+}
+
+class RecordingBackend final : public AttentionBackend {
+ public:
+  explicit RecordingBackend(const AttentionContext& c) : inner_(make_gqattn_backend(c)) {}
+  std::string name() const override { return "recording"; }
+  void plan(const AttentionMetadata& meta) override {
+    int longest = 0;
+    for (int r = 0; r < meta.num_prefill; ++r)
+      longest = std::max(longest, meta.prefill_qo_indptr[size_t(r) + 1] - meta.prefill_qo_indptr[size_t(r)]);
+    probed_steps().push_back({meta.num_decode, meta.num_prefill, meta.num_tokens, longest});
+    inner_->plan(meta);
+  }
+  void forward(const LayerCache& cache, const TensorView& q, const TensorView& o,
+               const AttentionMetadata& meta) override {
+    inner_->forward(cache, q, o, meta);
+  }
+
+ private:
+  std::unique_ptr<AttentionBackend> inner_;
+};
+
+TEST(Engine, StartUpPlansTheLargestStepsThePoolAdmits) {
+  register_attention_backend("recording", [](const AttentionContext& c) { return std::make_unique<RecordingBackend>(c); });
+  const auto probe = [](int64_t num_pages, int max_num_seqs, int max_tokens, int64_t max_model_len) {
+    RunnerConfig rc = test::tiny_runner_config(2, "recording");
+    rc.num_pages = num_pages;
+    rc.max_num_seqs = max_num_seqs;
+    rc.max_num_batched_tokens = max_tokens;
+    rc.max_model_len = max_model_len;
+    probed_steps().clear();
+    test::make_runner(rc);
+    return probed_steps();
+  };
+  const auto expect_steps = [](const std::vector<ProbedStep>& got, const std::vector<ProbedStep>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].decodes, want[i].decodes) << i;
+      EXPECT_EQ(got[i].prefills, want[i].prefills) << i;
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+      EXPECT_EQ(got[i].longest, want[i].longest) << i;
+    }
+  };
+  // The pool holds every request: 16 decodes; 16 chunks of 16 tokens; one chunk of 241 tokens and
+  // 15 of one; one chunk of 256.
+  expect_steps(probe(256, 16, 256, 512), {{16, 0, 16, 0}, {0, 16, 256, 16}, {0, 16, 256, 241}, {0, 1, 256, 256}});
+  // 40,000 requests over 256 pages of 4 tokens: 256 requests and 1,024 new tokens a step at most.
+  expect_steps(probe(256, 40000, 40000, 8), {{256, 0, 256, 0}, {0, 256, 1024, 4}, {0, 256, 1024, 8}, {0, 1, 8, 8}});
+}
+
 }  // namespace
 }  // namespace gqattn::engine

@@ -257,9 +257,10 @@ TEST(GpuEngine, HundredTwentyEightRequestsSurvivePreemption) {
 }
 
 // A configuration whose largest decode step passes a limit of the GPU plans (40,000 running
-// requests x 4 K/V heads: 160,000 work items, more than a plan holds) fails when the runner is
-// built, naming the setting, where it would have failed at the first such step of a run; half
-// as many requests build.
+// requests x 4 K/V heads: 160,000 work items, more than a plan's 2^17) fails when the runner is
+// built, naming the setting, where it would have failed at the first such step of a run. The
+// same --max-num-seqs over a pool of 256 pages builds (a step holds at most a request a page), and
+// so do half as many requests over a pool that holds them all.
 TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
   GQ_REQUIRE_GPU();
   RunnerConfig rc = test::tiny_runner_config(4);
@@ -267,6 +268,7 @@ TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
   rc.max_model_len = 8;
   rc.max_num_seqs = 40000;
   rc.max_num_batched_tokens = 40000;
+  rc.num_pages = 40000;  // 16 KB a page: 655 MB
   try {
     test::make_runner(rc, "cuda");
     ADD_FAILURE() << "a runner was built for 40,000 running requests of 4 K/V heads";
@@ -274,8 +276,12 @@ TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
     const std::string what = e.what();
     EXPECT_NE(what.find("largest decode step"), std::string::npos) << what;
     EXPECT_NE(what.find("--max-num-seqs 40000"), std::string::npos) << what;
+    EXPECT_NE(what.find("work items exceed"), std::string::npos) << what;
   }
+  rc.num_pages = 256;
+  EXPECT_NO_THROW(test::make_runner(rc, "cuda"));
   rc.max_num_seqs = rc.max_num_batched_tokens = 20000;
+  rc.num_pages = 20000;
   EXPECT_NO_THROW(test::make_runner(rc, "cuda"));
 }
 
