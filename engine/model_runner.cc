@@ -144,7 +144,8 @@ void ModelRunner::probe_step_plans() {
   // least); the most requests with the tokens in as few chunks as they fill (one-token chunks and
   // long ones: the most row tiles, up to twice the first's where the long chunks take the prefill
   // kernel's 128-row tiles); the longest chunk.
-  const int64_t tokens = std::min<int64_t>(max_tokens_, int64_t(num_pages_) * page_size);
+  // The scheduler's token budget (max_tokens_ may be a larger graph bucket: decode-only steps).
+  const int64_t tokens = std::min<int64_t>(config_.max_num_batched_tokens, int64_t(num_pages_) * page_size);
   const int prefills = int(std::min<int64_t>(requests, tokens));
   const int chunk = int(std::min<int64_t>(max_model_len_, tokens / prefills));
   probe(0, std::vector<int>(size_t(prefills), chunk), false, "prefill step");
