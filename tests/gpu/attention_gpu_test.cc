@@ -1257,10 +1257,12 @@ TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
 // Pools past 4 GiB (a serving engine's cache on a 141 GB GPU): every page the requests use lies
 // past 2^31 elements and 2^32 bytes of its pool (DevicePagedKV's far pages), so a 32-bit page
 // offset anywhere on the way shows. At every head dim built: G = 4 (the decode family; a batch of 4
-// splits, so the merge's partial rows too) and MQA's 32 rows (decode_mid / decode_wide, or the
-// wgmma kernel on sm_90). At hd128: page 1 (the largest page ids), draft tokens, decode_many's
-// request count; at hd64 decode_long's lengths. Both layouts, pages of 1, 3 and 16. Each case
-// allocates ~8.6 GB.
+// splits, so the merge's partial rows too) and MQA's 32 rows over 8 requests (decode_mid, at hd256
+// decode_wide: too few requests x K/V heads for the wgmma kernel). At hd128: page 1 (the largest
+// page ids, ~16.8 M) with MQA x 2 draft tokens over 32 requests, and GQA-8 x 4 draft tokens over 4
+// requests x 8 K/V heads (both 32 items or more: the wgmma kernel on sm_90, its items of <= 64 rows
+// splitting keys; decode_wide / decode_mid elsewhere); decode_many's request count; at hd64
+// decode_long's lengths (sm_90). Both layouts, pages of 1, 3 and 16. Each case allocates ~8.6 GB.
 TEST(GpuLargePools, DecodePastFourGiB) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
