@@ -1220,38 +1220,39 @@ TEST(SelectKernel, ChoiceFitsTheDevicesSharedMemory) {
 
 // ---------------------------------------------------------------------------------------------
 
-// New tokens in random order, on both sides of page boundaries: positions 15 | 16 and 63 | 64 of
-// one request (the last slot of a page and the first of the next at pages of 16 and 64), first and
-// last slots at pages of 3 and 1; both layouts.
+// append_kv of new tokens in random order, on both sides of page boundaries (positions 15 | 16
+// and 63 | 64 of one request: the last slot of a page and the first of the next at pages of 16 and
+// 64; first and last slots at pages of 3 and 1), on the GPU against the CPU, the written pools
+// byte for byte. far: the GPU's pages past 4 GiB of their pools (DevicePagedKV).
+void check_append_kv(KVLayout layout, int page_size, uint64_t seed, bool far = false) {
+  SCOPED_TRACE(std::string(layout_name(layout)) + " page " + std::to_string(page_size) + (far ? " far" : ""));
+  const Heads h{8, 2};
+  const int head_dim = 128;
+  const std::vector<int32_t> kv_len = {40, 1, 77};
+  const HostTensor k = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed);
+  const HostTensor v = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed + 1);
+  PagedKVHost cpu_kv = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
+  const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2, 0, 2, 0, 2, 2};
+  const std::vector<int32_t> positions = {76, 39, 0, 5, 3, 50, 16, 63, 15, 64, 6};
+  const int64_t num_new = static_cast<int64_t>(positions.size());
+  const HostTensor k_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 3);
+  const HostTensor v_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 4);
+  const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
+  DevicePagedKV gpu_kv(cpu_kv, far);
+  DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
+  append_kv(cpu_kv.view(), k_new.view(), v_new.view(), b_t.view(), p_t.view());
+  append_kv(gpu_kv.view(), dk_new.view(), dv_new.view(), db.view(), dp.view());
+  sync_and_check();
+  EXPECT_EQ(gpu_kv.k_pages.to_host(cpu_kv.k_pages).storage(), cpu_kv.k_pages.storage());
+  EXPECT_EQ(gpu_kv.v_pages.to_host(cpu_kv.v_pages).storage(), cpu_kv.v_pages.storage());
+}
+
+// check_append_kv at pages of 1, 3, 16 and 64, both layouts.
 TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
   GQ_REQUIRE_GPU();
   uint64_t seed = 50;
-  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-    for (int page_size : {1, 3, 16, 64}) {
-      SCOPED_TRACE(std::string(layout_name(layout)) + " page " + std::to_string(page_size));
-      const Heads h{8, 2};
-      const int head_dim = 128;
-      const std::vector<int32_t> kv_len = {40, 1, 77};
-      const HostTensor k = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed);
-      const HostTensor v = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed + 1);
-      PagedKVHost cpu_kv = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
-      // New tokens: a few positions of each request, in random order.
-      const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2, 0, 2, 0, 2, 2};
-      const std::vector<int32_t> positions = {76, 39, 0, 5, 3, 50, 16, 63, 15, 64, 6};
-      const int64_t num_new = static_cast<int64_t>(positions.size());
-      const HostTensor k_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 3);
-      const HostTensor v_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 4);
-      const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
-      DevicePagedKV gpu_kv(cpu_kv);
-      DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
-      append_kv(cpu_kv.view(), k_new.view(), v_new.view(), b_t.view(), p_t.view());
-      append_kv(gpu_kv.view(), dk_new.view(), dv_new.view(), db.view(), dp.view());
-      sync_and_check();
-      EXPECT_EQ(gpu_kv.k_pages.to_host(cpu_kv.k_pages).storage(), cpu_kv.k_pages.storage());
-      EXPECT_EQ(gpu_kv.v_pages.to_host(cpu_kv.v_pages).storage(), cpu_kv.v_pages.storage());
-      ++seed;
-    }
-  }
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND})
+    for (int page_size : {1, 3, 16, 64}) check_append_kv(layout, page_size, seed++);
 }
 
 // Pools past 4 GiB (a serving engine's cache on a 141 GB GPU): every page the requests use lies
@@ -1327,36 +1328,13 @@ TEST(GpuLargePools, PrefillPastFourGiB) {
   }
 }
 
-// append_kv into pages past 4 GiB of their pools: pages of 1 and 16, both layouts; the written
-// pools equal the CPU's byte for byte.
+// append_kv into pages past 4 GiB of their pools (check_append_kv's far): pages of 1 and 16, both
+// layouts.
 TEST(GpuLargePools, AppendKVPastFourGiB) {
   GQ_REQUIRE_GPU();
   uint64_t seed = 7300;
-  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-    for (int page_size : {1, 16}) {
-      SCOPED_TRACE(std::string(layout_name(layout)) + " page " + std::to_string(page_size));
-      const Heads h{8, 2};
-      const int head_dim = 128;
-      const std::vector<int32_t> kv_len = {40, 1, 77};
-      const HostTensor k = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed);
-      const HostTensor v = random_tensor({118, h.kv, head_dim}, DType::kBF16, seed + 1);
-      PagedKVHost cpu_kv = make_paged_kv(k, v, kv_len, page_size, layout, seed + 2);
-      const std::vector<int32_t> batch_idx = {2, 0, 1, 0, 2, 2};
-      const std::vector<int32_t> positions = {76, 39, 0, 5, 50, 16};
-      const int64_t num_new = static_cast<int64_t>(positions.size());
-      const HostTensor k_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 3);
-      const HostTensor v_new = random_tensor({num_new, h.kv, head_dim}, DType::kBF16, seed + 4);
-      const HostTensor b_t = HostTensor::from_int32(batch_idx), p_t = HostTensor::from_int32(positions);
-      DevicePagedKV gpu_kv(cpu_kv, /*far=*/true);
-      DeviceTensor dk_new(k_new), dv_new(v_new), db(b_t), dp(p_t);
-      append_kv(cpu_kv.view(), k_new.view(), v_new.view(), b_t.view(), p_t.view());
-      append_kv(gpu_kv.view(), dk_new.view(), dv_new.view(), db.view(), dp.view());
-      sync_and_check();
-      EXPECT_EQ(gpu_kv.k_pages.to_host(cpu_kv.k_pages).storage(), cpu_kv.k_pages.storage());
-      EXPECT_EQ(gpu_kv.v_pages.to_host(cpu_kv.v_pages).storage(), cpu_kv.v_pages.storage());
-      ++seed;
-    }
-  }
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND})
+    for (int page_size : {1, 16}) check_append_kv(layout, page_size, seed++, /*far=*/true);
 }
 
 TEST(GpuMergeStates, MatchesCpuWithEmptyStates) {
