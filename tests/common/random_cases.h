@@ -1,0 +1,118 @@
+// Random attention cases for the GPU tests' sweep over shapes (GpuRandomShapes): decode and
+// prefill configurations drawn from a seeded generator, legal for the CUDA planner by
+// construction (tests/cpu/random_cases_test.cc plans every one the GPU tests draw). The hand-made
+// matrices test named corners; these draw the combinations between them. Layer: tests (host-only).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gqattn/attention.h"
+#include "gqattn/paged_kv.h"
+
+namespace gqattn::test {
+
+struct RandomCase {
+  DType dtype = DType::kBF16;
+  int num_qo_heads = 1, num_kv_heads = 1, head_dim = 128;
+  int page_size = 16;  // prefill: 0 = contiguous (ragged) K/V
+  KVLayout layout = KVLayout::kNHD;
+  bool causal = true;                  // decode: always
+  int qo_len = 1;                      // decode: new tokens per request (1..8)
+  std::vector<int32_t> qo_lens;        // prefill: per request
+  std::vector<int32_t> kv_len;         // per request
+};
+
+namespace random_cases_detail {
+template <typename T>
+T pick(std::mt19937_64& rng, const std::vector<T>& from) {
+  return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
+}
+inline int uniform(std::mt19937_64& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+// Group sizes 1..32, not only powers of two, over 1, 2, 4 or 8 K/V heads: at most 64 query heads.
+inline void pick_heads(std::mt19937_64& rng, RandomCase& c) {
+  c.num_kv_heads = pick<int>(rng, {1, 2, 4, 8});
+  std::vector<int> groups;
+  for (int g : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32})
+    if (g * c.num_kv_heads <= 64) groups.push_back(g);
+  c.num_qo_heads = pick(rng, groups) * c.num_kv_heads;
+}
+}  // namespace random_cases_detail
+
+// A decode case: 1..24 requests of 1..8 new tokens (one token in half the cases) and kv_len 0 or
+// qo_len..2500 (a tenth of the requests empty, a tenth at exactly qo_len), pages of 1..256 keys.
+inline RandomCase random_decode_case(std::mt19937_64& rng, const std::vector<int>& head_dims,
+                                     const std::vector<DType>& dtypes) {
+  using namespace random_cases_detail;
+  RandomCase c;
+  c.dtype = pick(rng, dtypes);
+  c.head_dim = pick(rng, head_dims);
+  pick_heads(rng, c);
+  c.page_size = pick<int>(rng, {1, 2, 3, 5, 8, 16, 16, 32, 64, 128, 256});
+  c.layout = uniform(rng, 0, 1) ? KVLayout::kHND : KVLayout::kNHD;
+  c.qo_len = uniform(rng, 0, 1) ? 1 : uniform(rng, 2, 8);
+  const int batch = uniform(rng, 1, 24);
+  const int max_len = pick<int>(rng, {64, 300, 1000, 2500});
+  for (int b = 0; b < batch; ++b) {
+    const int roll = uniform(rng, 0, 9);
+    c.kv_len.push_back(roll == 0 ? 0 : roll == 1 ? c.qo_len : uniform(rng, c.qo_len, std::max(c.qo_len, max_len)));
+  }
+  return c;
+}
+
+// A prefill case: 1..5 requests of 0..200 query tokens over a cached prefix of 0..600 keys
+// (causal: kv_len >= qo_len, or an empty KV; not causal: any kv_len, 0 included), contiguous
+// K/V or pages of 1..256 keys.
+inline RandomCase random_prefill_case(std::mt19937_64& rng, const std::vector<int>& head_dims,
+                                      const std::vector<DType>& dtypes) {
+  using namespace random_cases_detail;
+  RandomCase c;
+  c.dtype = pick(rng, dtypes);
+  c.head_dim = pick(rng, head_dims);
+  pick_heads(rng, c);
+  c.page_size = pick<int>(rng, {0, 0, 1, 3, 7, 16, 32, 64, 128, 256});
+  c.layout = uniform(rng, 0, 1) ? KVLayout::kHND : KVLayout::kNHD;
+  c.causal = uniform(rng, 0, 2) != 0;
+  const int batch = uniform(rng, 1, 5);
+  for (int b = 0; b < batch; ++b) {
+    const int roll = uniform(rng, 0, 9);
+    const int qo = roll == 0 ? 0 : roll == 1 ? 1 : uniform(rng, 2, 200);
+    const int prefix = uniform(rng, 0, 1) ? 0 : uniform(rng, 1, 600);
+    c.qo_lens.push_back(qo);
+    c.kv_len.push_back(!c.causal && roll == 2 ? 0 : qo + prefix);
+  }
+  return c;
+}
+
+// The CPU plan inputs of a case (lengths as a page table or token indptr; the GPU tests build
+// the same from their own page tables).
+inline PlanInputs random_case_plan_inputs(const RandomCase& c, bool decode) {
+  PlanInputs in;
+  in.device = Device::kCPU;
+  in.dtype = c.dtype;
+  in.num_qo_heads = c.num_qo_heads;
+  in.num_kv_heads = c.num_kv_heads;
+  in.head_dim = c.head_dim;
+  in.page_size = c.page_size;
+  in.causal = decode || c.causal;
+  in.kv_indptr.push_back(0);
+  if (decode) in.qo_len = c.qo_len;
+  else in.qo_indptr.push_back(0);
+  for (size_t b = 0; b < c.kv_len.size(); ++b) {
+    const int32_t len = c.kv_len[b];
+    if (c.page_size > 0) {
+      const int32_t pages = (len + c.page_size - 1) / c.page_size;
+      in.kv_indptr.push_back(in.kv_indptr.back() + pages);
+      in.kv_last_page_len.push_back(pages == 0 ? 0 : len - (pages - 1) * c.page_size);
+    } else {
+      in.kv_indptr.push_back(in.kv_indptr.back() + len);
+    }
+    if (!decode) in.qo_indptr.push_back(in.qo_indptr.back() + c.qo_lens[b]);
+  }
+  return in;
+}
+
+}  // namespace gqattn::test
