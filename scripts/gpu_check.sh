@@ -48,9 +48,9 @@ if has test; then
   ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" > "$LOG_DIR/ctest.log" 2>&1 || status=1
   tail -25 "$LOG_DIR/ctest.log"
   # The prefill tests once more on the portable (mma.sync) kernel, which Hopper otherwise skips
-  # (with its K/V past 4 GiB too).
+  # (with its K/V past 4 GiB and its random shapes too).
   GQATTN_DISABLE_SM90=1 timeout 300 "$BUILD/tests/gqattn_gpu_tests" \
-    --gtest_filter='GpuPrefill.*:GpuLargePools.PrefillPastFourGiB' \
+    --gtest_filter='GpuPrefill.*:GpuLargePools.PrefillPastFourGiB:GpuRandomShapes.*' \
     > "$LOG_DIR/ctest_portable_prefill.log" 2>&1 || status=1
   tail -3 "$LOG_DIR/ctest_portable_prefill.log"
 fi
