@@ -64,8 +64,9 @@ inline RandomCase random_decode_case(std::mt19937_64& rng, const std::vector<int
 }
 
 // A prefill case: 1..5 requests of 0..200 query tokens over a cached prefix of 0..600 keys
-// (causal: kv_len >= qo_len, or an empty KV; not causal: any kv_len, 0 included), contiguous
-// K/V or pages of 1..256 keys.
+// (causal: kv_len >= qo_len, or an empty KV; not causal: also an empty KV beside query rows, and
+// fewer keys than query tokens, each in a tenth of the requests), contiguous K/V or pages of
+// 1..256 keys.
 inline RandomCase random_prefill_case(std::mt19937_64& rng, const std::vector<int>& head_dims,
                                       const std::vector<DType>& dtypes) {
   using namespace random_cases_detail;
@@ -82,7 +83,8 @@ inline RandomCase random_prefill_case(std::mt19937_64& rng, const std::vector<in
     const int qo = roll == 0 ? 0 : roll == 1 ? 1 : uniform(rng, 2, 200);
     const int prefix = uniform(rng, 0, 1) ? 0 : uniform(rng, 1, 600);
     c.qo_lens.push_back(qo);
-    c.kv_len.push_back(!c.causal && roll == 2 ? 0 : qo + prefix);
+    // Roll 2 and 3 draw 2..200 query tokens: not causal, they see no key, or 1..qo_len - 1 keys.
+    c.kv_len.push_back(c.causal ? qo + prefix : roll == 2 ? 0 : roll == 3 ? uniform(rng, 1, qo - 1) : qo + prefix);
   }
   return c;
 }

@@ -39,7 +39,7 @@ TEST(RandomCases, DecodeCasesPlan) {
 
 TEST(RandomCases, PrefillCasesPlan) {
   std::mt19937_64 rng(2);
-  int ragged = 0, non_causal = 0, empty_q = 0, empty_kv = 0;
+  int ragged = 0, non_causal = 0, empty_q = 0, empty_kv = 0, short_kv = 0;
   for (int i = 0; i < 2000; ++i) {
     const RandomCase c = random_prefill_case(rng, kHeadDims, kDtypes);
     ASSERT_EQ(c.qo_lens.size(), c.kv_len.size());
@@ -49,12 +49,15 @@ TEST(RandomCases, PrefillCasesPlan) {
     for (size_t b = 0; b < c.kv_len.size(); ++b) {
       empty_q += c.qo_lens[b] == 0;
       empty_kv += c.kv_len[b] == 0 && c.qo_lens[b] > 0;
+      short_kv += c.kv_len[b] > 0 && c.kv_len[b] < c.qo_lens[b];
+      ASSERT_TRUE(!c.causal || c.kv_len[b] == 0 || c.kv_len[b] >= c.qo_lens[b]) << "case " << i;
     }
   }
   EXPECT_GT(ragged, 0);
   EXPECT_GT(non_causal, 0);
   EXPECT_GT(empty_q, 0);
   EXPECT_GT(empty_kv, 0);
+  EXPECT_GT(short_kv, 0);  // not causal: fewer keys than query tokens
 }
 
 }  // namespace

@@ -1274,7 +1274,8 @@ TEST(GpuRandomShapes, DecodeMatchesTheOracle) {
 }
 
 // 40 prefill cases as above: 1..5 requests of 0..200 query tokens over cached prefixes of 0..600
-// keys, causal or not (empty KV included), contiguous K/V or pages of 1..256 keys.
+// keys, causal or not (not causal: empty KVs and fewer keys than query tokens among them),
+// contiguous K/V or pages of 1..256 keys.
 TEST(GpuRandomShapes, PrefillMatchesTheOracle) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
