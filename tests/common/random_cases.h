@@ -1,7 +1,10 @@
 // Random attention cases for the GPU tests' sweep over shapes (GpuRandomShapes): decode and
 // prefill configurations drawn from a seeded generator, legal for the CUDA planner by
-// construction (tests/cpu/random_cases_test.cc plans every one the GPU tests draw). The hand-made
-// matrices test named corners; these draw the combinations between them. Layer: tests (host-only).
+// construction. tests/cpu/random_cases_test.cc plans the GPU tests' own draws (their seeds and
+// count below) for every list of head dims and dtypes a build can report, with the checks the
+// CPU planner shares with CUDA's plus CUDA's 1..8 new tokens a decode (the kernel choice itself
+// needs a CUDA build). The hand-made matrices test named corners; these draw the combinations
+// between them. Layer: tests (host-only).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +16,13 @@
 #include "gqattn/paged_kv.h"
 
 namespace gqattn::test {
+
+// GpuRandomShapes' draws: its decode case i is the i-th random_decode_case of
+// std::mt19937_64(kRandomDecodeSeed) over build_info()'s head_dims and dtypes (in that order: a
+// build's lists change every draw), with inputs from seed kRandomDecodeSeed + i; prefill likewise.
+constexpr uint64_t kRandomDecodeSeed = 4100;
+constexpr uint64_t kRandomPrefillSeed = 4200;
+constexpr int kRandomCasesPerTest = 40;
 
 struct RandomCase {
   DType dtype = DType::kBF16;

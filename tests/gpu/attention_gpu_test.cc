@@ -1257,19 +1257,20 @@ TEST(GpuAppendKV, MatchesCpuForBothLayoutsAndOddPageSizes) {
 }
 
 // Random shapes against the oracle (tests/common/random_cases.h; tests/cpu/random_cases_test.cc
-// plans such cases): 40 decode cases from a fixed seed over the head dims and dtypes built, group
-// sizes 1..32 (not only powers of two) over 1..8 K/V heads, pages of 1..256 keys in both layouts,
-// 1..8 new tokens, 1..24 requests with kv_len 0, qo_len and up to 2500; the planner picks the
-// kernel family and the split as it would for a user.
+// plans these very cases for every head-dim and dtype list a build can report): 40 decode cases
+// from a fixed seed over the head dims and dtypes built, group sizes 1..32 (not only powers of
+// two) over 1..8 K/V heads, pages of 1..256 keys in both layouts, 1..8 new tokens, 1..24
+// requests with kv_len 0, qo_len and up to 2500; the planner picks the kernel family and the
+// split as it would for a user.
 TEST(GpuRandomShapes, DecodeMatchesTheOracle) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
-  std::mt19937_64 rng(4100);
-  for (int i = 0; i < 40; ++i) {
+  std::mt19937_64 rng(kRandomDecodeSeed);
+  for (int i = 0; i < kRandomCasesPerTest; ++i) {
     const RandomCase c = random_decode_case(rng, info.head_dims, info.dtypes);
     SCOPED_TRACE("random decode case " + std::to_string(i));
     check_decode(c.dtype, Heads{c.num_qo_heads, c.num_kv_heads}, c.head_dim, c.page_size, c.qo_len, c.layout,
-                 c.kv_len, 4100 + i);
+                 c.kv_len, kRandomDecodeSeed + i);
   }
 }
 
@@ -1279,12 +1280,12 @@ TEST(GpuRandomShapes, DecodeMatchesTheOracle) {
 TEST(GpuRandomShapes, PrefillMatchesTheOracle) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
-  std::mt19937_64 rng(4200);
-  for (int i = 0; i < 40; ++i) {
+  std::mt19937_64 rng(kRandomPrefillSeed);
+  for (int i = 0; i < kRandomCasesPerTest; ++i) {
     const RandomCase c = random_prefill_case(rng, info.head_dims, info.dtypes);
     SCOPED_TRACE("random prefill case " + std::to_string(i));
     check_prefill(c.dtype, Heads{c.num_qo_heads, c.num_kv_heads}, c.head_dim, c.page_size, c.causal, c.layout,
-                  c.qo_lens, c.kv_len, 4200 + i);
+                  c.qo_lens, c.kv_len, kRandomPrefillSeed + i);
   }
 }
 
