@@ -139,8 +139,17 @@ void run_tasks(size_t num_tasks, size_t threads, const Fn& fn) {
       if (!error) error = std::current_exception();
     }
   };
+  // A thread that cannot start (std::system_error at a thread or memory limit, which concurrent
+  // callers each starting their own helpers can reach) leaves its tasks to those running: the same
+  // bits on any count. Letting the exception out would end the process once a helper runs.
   std::vector<std::thread> pool;
-  for (size_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  for (size_t i = 1; i < threads; ++i) {
+    try {
+      pool.emplace_back(worker);
+    } catch (...) {
+      break;
+    }
+  }
   worker();
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);
