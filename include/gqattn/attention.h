@@ -13,6 +13,12 @@
 //   Causal masks are aligned to the end of each request's KV: query token i of a request with
 //   qo_len new tokens and kv_len keys sees keys 0 .. kv_len - qo_len + i.
 //   stream: a cudaStream_t passed as void* (nullptr: the default stream); ignored on the CPU.
+//   Threads: any function may be called from several threads at once; plans with separate
+//   workspaces (and streams) are independent. A workspace holds its plan's work list, split-KV
+//   partials and work counters, so its plan() and run() calls must be ordered (one stream): one
+//   plan is not run on two streams at once. GQATTN_* environment variables are read once, at first
+//   use. A large CPU call starts helper threads (GQATTN_CPU_THREADS, else every core) and joins them
+//   before it returns; concurrent calls each start their own.
 #pragma once
 
 #include <cstddef>
