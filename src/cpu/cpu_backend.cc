@@ -143,6 +143,7 @@ void run_tasks(size_t num_tasks, size_t threads, const Fn& fn) {
   // callers each starting their own helpers can reach) leaves its tasks to those running: the same
   // bits on any count. Letting the exception out would end the process once a helper runs.
   std::vector<std::thread> pool;
+  pool.reserve(threads);  // no reallocation (which could throw) once a thread runs
   for (size_t i = 1; i < threads; ++i) {
     try {
       pool.emplace_back(worker);
