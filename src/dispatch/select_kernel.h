@@ -67,9 +67,10 @@ inline int fit_shared_memory(const std::vector<FamilyFit>& rows, int wanted, int
 // Every kernel may split keys (items of key chunks, merged afterwards), as plan::choose_kv_chunk
 // decides. Throws gqattn::Error naming GQATTN_HEAD_DIMS / GQATTN_DTYPES when the variant was not built.
 // `requests_x_kv_heads` (requests with query rows times K/V heads) and `num_sms`, when given, let
-// 17..64 rows at head_dim 128 on sm_90 take the wgmma kernel where it has an item (one row tile
-// of a request and K/V head) for nearly every SM (kWgmmaDecodeFill): there it streams as fast as
-// decode_mid / decode_wide at long contexts and 1.3x faster at 2K (perf-notes item 61); and let
+// 17..64 rows at head_dim 128 on sm_90 take the wgmma kernel where its items (one row tile of a
+// request and K/V head) number at least a fifth of the SMs (kWgmmaDecodeFill; 7/8 until item 97):
+// there it streams as fast as decode_mid / decode_wide at long contexts and 1.3x faster at 2K
+// (perf-notes item 61); and let
 // 17..32 rows at head_dim 128 take the decode family's 16-row items (two a request and K/V head)
 // where requests_x_kv_heads x 64 <= num_sms (perf-notes item 75: MQA at batch 1-2); and let
 // <= 16 rows at head_dim 128 on sm_90 take decode_many (32-key tiles, four CTAs an SM) where
