@@ -37,9 +37,11 @@ namespace gqattn {
 //   positions:      int32 [num_tokens], the token's position in its request's KV (0-based); the
 //                   slot is page kv_page_indices[kv_page_indptr[b] + pos / page_size], row
 //                   pos % page_size. The pages must already be in the table.
+//   num_tokens fits in int32.
 // On the CPU every index is checked and an out-of-range one throws before anything is written. On
-// the GPU the kernel skips tokens whose position lies beyond the request's pages (it cannot throw
-// without a host sync); validate on the host with the CPU backend's checks when in doubt.
+// the GPU the kernel skips tokens whose position is negative or lies beyond the request's pages
+// (it cannot throw without a host sync) and takes batch indices and page ids as given; validate on
+// the host with the CPU backend's checks when in doubt.
 // Does not allocate or synchronise.
 void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
                const TensorView& batch_indices, const TensorView& positions, void* stream = nullptr);
@@ -47,8 +49,10 @@ void append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_n
 // ---------------------------------------------------------------------------------------------
 // Plan / run. plan() runs on the host once per batch (per step): it checks the lengths, picks the
 // kernel and the split-KV chunking, and (for CUDA) uploads the work list into the caller's
-// workspace with an async copy on `stream`. run() is then called once per layer: it allocates
-// nothing and never synchronises, so it can be captured in a CUDA graph.
+// workspace with an async copy on `stream`. run() is then called once per layer: on the GPU it
+// allocates nothing and never synchronises, so it can be captured in a CUDA graph.
+// Limits of one request, on either backend: at most 2^30 keys (kv_len) and 2^30 packed query rows
+// (qo_len x group_size); plan() rejects more.
 
 // A device (or, for the CPU backend, unused) scratch buffer that the plan lays out from its
 // start. Plans that are used in the same step (a decode plan and a prefill plan, say) need
@@ -95,8 +99,9 @@ struct PlanInputs {
   bool enable_cuda_graph = false;
   // CUDA-graph mode, one graph per split decision: run() launches the merge only when this plan
   // split (Plan::split), so a graph replays correctly only after plans with the same Plan::split;
-  // the caller keeps one graph for each value. Saves the merge's launch (one block per query row,
-  // 4.7 us for 128 requests x 32 heads on an H200) in steps that split nothing.
+  // the caller keeps one graph for each value. Saves the merge's launch over every query row in
+  // steps that split nothing (4.7 us for 128 requests x 32 heads on an H200, measured when that
+  // merge took a block a row).
   bool graph_per_split = false;
   // Upper bound on split-KV chunks per request (1 disables split-KV). 0: the planner decides.
   int max_num_splits = 0;
@@ -138,8 +143,8 @@ struct Plan {
   size_t workspace_bytes_used = 0;
 };
 
-// Decode: every request has qo_len (= PlanInputs::qo_len, 1..8) new tokens at the end of its KV,
-// causal among themselves (speculative decoding); K/V paged.
+// Decode: every request has qo_len (= PlanInputs::qo_len, 1..8 on the GPU) new tokens at the end
+// of its KV, causal among themselves (speculative decoding); K/V paged.
 //   q, o: [batch * qo_len, num_qo_heads, head_dim]; request b's tokens are rows b*qo_len ...
 struct DecodeArgs {
   TensorView q;
@@ -174,6 +179,7 @@ void prefill_run(const Plan& plan, const PrefillArgs& args, void* stream = nullp
 //   v:   [n, num_states, num_heads, head_dim] (bf16, fp16 or fp32), s: fp32 [n, num_states, num_heads]
 //        (natural-log LSE of each partial, -inf for an empty one).
 //   v_merged: [n, num_heads, head_dim] (any of the three dtypes), s_merged: optional fp32 [n, num_heads].
+//   num_states, num_heads and head_dim each fit in int32.
 // Merging zero non-empty states gives 0 and -inf. Does not allocate or synchronise.
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged,
                   const TensorView& s_merged, void* stream = nullptr);
