@@ -76,8 +76,9 @@ PageTableCSR block_table_to_csr(const BlockTable& table, int page_size);
 BlockTable csr_to_block_table(const PageTableCSR& csr, int page_size);
 
 // kv_len of each request of a CSR table: (pages - 1) * page_size + last_page_len, or 0. Throws
-// gqattn::Error unless page_size >= 1, kv_page_indptr starts at 0 and never decreases, kv_last_page_len holds batch
-// entries in [1, page_size] (0 for a request without pages) and every kv_len fits in int32.
+// gqattn::Error unless page_size >= 1, kv_page_indptr starts at 0 and never decreases,
+// kv_last_page_len holds batch entries in [1, page_size] (0 for a request without pages) and every
+// kv_len fits in int32.
 std::vector<int32_t> kv_lengths(const std::vector<int32_t>& kv_page_indptr,
                                 const std::vector<int32_t>& kv_last_page_len, int page_size);
 
