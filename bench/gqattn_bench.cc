@@ -73,8 +73,9 @@ One case (any of these selects single-case mode; --family picks decode or prefil
   --causal 0|1                 (default 1; decode is always causal)
   --layout nhd|hnd             page layout (default nhd)
 
-Flags also take the --flag=value form. Exit code 0 on success, 2 on a bad flag, 1 when a
-case is rejected or fails.
+Flags also take the --flag=value form. Exit code 0 on success, 2 on a bad flag, 1 when the
+single case is rejected, a case fails or --device cuda finds no GPU (a sweep row or default case
+that this build or device cannot run, or too large for the CPU, is reported as skipped).
 )";
 
 using cli::parse_bool01;
