@@ -19,13 +19,12 @@ Plan describe(const PlanInputs& inputs, bool is_decode);
 inline constexpr double kMergeFixedKeys = 64;
 
 // How many tokens each split-KV chunk holds, or 0 for no split.
-//   base_ctas:  work items without splitting (sum over requests of row tiles x kv heads)
 //   kv_len:     keys of each request; row_tiles: row tiles of each request (0: no item, its keys
-//               ignored)
+//               ignored); the items without splitting are row tiles x num_kv_heads summed
 //   target_ctas: CTAs that fill the GPU (SMs x resident CTAs per SM)
 //   kv_tile:    keys per pipeline tile; chunks are whole tiles
 //   min_chunk:  a chunk never holds fewer keys than this (the merge must stay cheap)
-//   max_splits: most chunks per request
+//   max_splits: most chunks per request (0: no cap; 1: no split)
 //   merge_rows: rows the split merge covers (query tokens x query heads), scaled to this kernel's
 //               time per key
 //   merge_fixed_keys: the split's fixed cost (the merge's launch, the partial rows' write and
