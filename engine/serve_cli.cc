@@ -86,7 +86,8 @@ struct Options {
   std::string model;
   int num_kv_heads = 0;
   int requests = 128, prompt_len = 32, output_len = 992;
-  bool size_given = false;
+  // Which of the three were given: on the CPU the others take the CPU defaults (--help).
+  bool requests_given = false, prompt_len_given = false, output_len_given = false;
   double kv_pool_gib = 0;
   std::string attention = "gqattn";
   std::string device = "auto";
@@ -167,9 +168,9 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--model") opt.model = parse_choice(flag, value, model_names());
     else if (flag == "--num-kv-heads") opt.num_kv_heads = parse_int(flag, value, 1);
     else if (flag == "--attention") opt.attention = parse_choice(flag, value, attention_backend_names());
-    else if (flag == "--requests") { opt.requests = parse_int(flag, value, 1); opt.size_given = true; }
-    else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value, 1); opt.size_given = true; }
-    else if (flag == "--output-len") { opt.output_len = parse_int(flag, value, 1); opt.size_given = true; }
+    else if (flag == "--requests") { opt.requests = parse_int(flag, value, 1); opt.requests_given = true; }
+    else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value, 1); opt.prompt_len_given = true; }
+    else if (flag == "--output-len") { opt.output_len = parse_int(flag, value, 1); opt.output_len_given = true; }
     else if (flag == "--kv-pool-gib") opt.kv_pool_gib = parse_positive(flag, value);
     else if (flag == "--csv") opt.csv = value;
     else if (flag == "--max-num-seqs") opt.max_num_seqs = parse_int(flag, value, 1);
@@ -329,10 +330,11 @@ int bench(const Options& given) {
   Options opt = given;
   const std::string device = resolve_device(opt.device);
   if (opt.model.empty()) opt.model = device == "cpu" ? "tiny" : "llama2-7b";
-  if (device == "cpu" && !opt.size_given) {
-    opt.requests = kCpuRequests;
-    opt.prompt_len = kCpuPromptLen;
-    opt.output_len = kCpuOutputLen;
+  // On the CPU each size not given takes its CPU default (one given flag keeps the others small).
+  if (device == "cpu" && !(opt.requests_given && opt.prompt_len_given && opt.output_len_given)) {
+    if (!opt.requests_given) opt.requests = kCpuRequests;
+    if (!opt.prompt_len_given) opt.prompt_len = kCpuPromptLen;
+    if (!opt.output_len_given) opt.output_len = kCpuOutputLen;
     std::printf("no GPU in use: running the %s model on the CPU at a small size (%d requests x (%d + %d) tokens); "
                 "pass --requests/--prompt-len/--output-len to change it\n",
                 opt.model.c_str(), opt.requests, opt.prompt_len, opt.output_len);
