@@ -45,13 +45,11 @@ Usage:
 
 bench flags:
   --model llama2-7b|llama3-8b|tiny   (default llama2-7b on a GPU, tiny on the CPU)
-  --num-kv-heads N           override the model's K/V heads (32, 8, 1: must divide its query heads)
   --requests N               (default 128; 4 on the CPU)
   --prompt-len N             prompt tokens per request (default 32; 8 on the CPU)
   --output-len N             generated tokens per request (default 992; 16 on the CPU)
   --kv-pool-gib X            K/V pool size (default: room for every request at full length,
                              within free device memory)
-  --attention gqattn|expand  attention backend (default gqattn)
   --bandwidth-gbps X         read bandwidth for the floor (default: measured by a streaming read)
   --csv PATH                 append the result row (BENCHMARKS.md e2e columns) to PATH
   --max-num-seqs N           running requests at most (default: --requests)
@@ -63,6 +61,8 @@ generate flags:
   --temperature X --top-k N --top-p X   sampling (default greedy; top-k <= 0 and top-p 1 are off)
 common flags:
   --device auto|cpu|cuda     (auto: cuda when a GPU is usable)
+  --num-kv-heads N           override the model's K/V heads (32, 8, 1: must divide its query heads)
+  --attention gqattn|expand  attention backend (default gqattn)
   --seed N                   weights, prompts and sampling (default 0)
   --weights PATH             a safetensors file or directory in the Hugging Face Llama layout
                              (default: random bf16 weights)
