@@ -267,6 +267,46 @@ TEST(ValidatePlan, GraphPerSplitWithoutGraphMode) {
   expect_rejected([&] { decode_plan(in, Workspace{}); }, {"graph_per_split", "enable_cuda_graph"});
 }
 
+// An enum value outside Device (a cast integer, an uninitialised field) is not taken for CUDA.
+TEST(ValidatePlan, UnknownDevice) {
+  PlanInputs in = good_decode_inputs();
+  in.device = static_cast<Device>(7);
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"device: unknown device value 7"});
+}
+
+TEST(ValidatePlan, NegativeDeviceId) {
+  PlanInputs in = good_decode_inputs();
+  in.device = Device::kCUDA;
+  in.device_id = -1;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"device_id (-1) must be >= 0"});
+  in.device = Device::kCPU;  // the CPU backend ignores device_id
+  EXPECT_NO_THROW(validate_plan_inputs(in, true));
+}
+
+TEST(ValidatePlan, NumPagesBelowMinusOne) {
+  PlanInputs in = good_decode_inputs();
+  in.num_pages = -2;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"num_pages (-2) must be -1 (unknown) or >= 0"});
+  in = good_prefill_inputs();
+  in.num_pages = -2;
+  expect_rejected([&] { prefill_plan(in, Workspace{}); }, {"num_pages (-2) must be -1 (unknown) or >= 0"});
+}
+
+// A decode plan's query tokens (batch x qo_len, the rows of q and o) are int32 row indices: empty
+// KVs let a request take any qo_len, so only this check stops 2 x 2^30 tokens.
+TEST(ValidatePlan, DecodeQueryTokensBeyondInt32) {
+  PlanInputs in = good_decode_inputs();
+  in.num_qo_heads = in.num_kv_heads = 2;  // group size 1: 2^30 tokens are 2^30 packed rows, the most
+  in.kv_indptr = {0, 0};
+  in.kv_last_page_len = {0};
+  in.qo_len = 1 << 30;
+  EXPECT_NO_THROW(validate_plan_inputs(in, true));
+  in.kv_indptr = {0, 0, 0};
+  in.kv_last_page_len = {0, 0};
+  expect_rejected([&] { decode_plan(in, Workspace{}); },
+                  {"batch (2) x qo_len (1073741824) query tokens do not fit in int32"});
+}
+
 // ---- decode run ----------------------------------------------------------------------------------
 
 class DecodeRun : public testing::Test {
