@@ -536,6 +536,68 @@ TEST_F(DecodeRun, BroadcastOutput) {
   expect_rejected_untouched({"o: dim 0 has stride 0", "an output needs distinct elements"});
 }
 
+TEST_F(DecodeRun, OutputNotGiven) {
+  args.o = TensorView{};
+  expect_rejected_untouched({"o: not given (undefined tensor); expected [tokens, num_qo_heads, head_dim]"});
+}
+
+TEST_F(DecodeRun, NegativeDim) {
+  args.q.shape[0] = -2;
+  expect_rejected_untouched({"q: tokens (dim 0) is negative (-2)"});
+}
+
+TEST_F(DecodeRun, VPoolNotGiven) {
+  args.kv.v_pages = TensorView{};
+  expect_rejected_untouched({"kv.v_pages: not given (undefined tensor); expected the shape of kv.k_pages [12, 4, 2, 64]"});
+}
+
+// kv_last_page_len's values {1, 3} read with stride 2 from {1, 0, 3, 0}: right values, but the
+// kernels take index tensors without strides.
+TEST_F(DecodeRun, IndexNotContiguous) {
+  HostTensor strided = HostTensor::from_int32({1, 0, 3, 0});
+  args.kv.kv_last_page_len = strided.view();
+  args.kv.kv_last_page_len.shape[0] = 2;
+  args.kv.kv_last_page_len.strides[0] = 2;
+  expect_rejected_untouched({"kv.kv_last_page_len: must be contiguous (stride 1), got stride 2"});
+}
+
+TEST_F(DecodeRun, IndexNullPointer) {
+  args.kv.kv_page_indptr.data = nullptr;
+  expect_rejected_untouched({"kv.kv_page_indptr: data pointer is null but the tensor holds 3 elements"});
+}
+
+// Hand-made plans: the host vectors must agree with batch and total_qo.
+TEST_F(DecodeRun, PlanSizesInconsistent) {
+  const Plan good = plan;
+  plan.kv_len.pop_back();
+  expect_rejected_untouched({"plan: inconsistent (batch 2, 1 kv lengths, 3 qo_indptr entries)"});
+  plan = good;
+  plan.qo_indptr.push_back(2);
+  expect_rejected_untouched({"plan: inconsistent (batch 2, 2 kv lengths, 4 qo_indptr entries)"});
+  plan = good;
+  plan.batch = 3;
+  expect_rejected_untouched({"plan: inconsistent (batch 3, 2 kv lengths, 3 qo_indptr entries)"});
+  plan = good;
+  plan.qo_indptr.clear();
+  expect_rejected_untouched({"plan: inconsistent (batch 2, 2 kv lengths, 0 qo_indptr entries)"});
+}
+
+// The CPU backend reads the index tensors, so their contents are checked before it does.
+TEST_F(DecodeRun, IndptrNotFromZeroAtRun) {
+  ints(kv.kv_page_indptr)[0] = 1;
+  expect_rejected_untouched({"kv.kv_page_indptr[0] must be 0, got 1"});
+}
+
+TEST_F(DecodeRun, IndptrDecreasesAtRun) {
+  ints(kv.kv_page_indptr)[2] = 3;  // {0, 4, 6} -> {0, 4, 3}
+  expect_rejected_untouched({"kv.kv_page_indptr must be non-decreasing: entry 2 (3) < entry 1 (4)"});
+}
+
+TEST_F(DecodeRun, LastPageLenOfEmptyRequestAtRun) {
+  ints(kv.kv_page_indptr)[2] = 4;  // request 1 owns no page, but its last page holds 3 keys
+  expect_rejected_untouched({"kv.kv_last_page_len[1] (3) must be 0: request 1 owns no page"});
+}
+
 // CUDA-only checks: the plan is described for CUDA without a GPU, the views are tagged cuda:0,
 // and validate_decode_args is called directly (it never dereferences CUDA tensors).
 class CudaAlignment : public DecodeRun {
@@ -670,6 +732,21 @@ TEST_F(PrefillRun, RaggedTooFewRows) {
 TEST_F(PrefillRun, RaggedIndptrDisagrees) {
   ints(ragged.kv_indptr)[1] = 8;
   expect_rejected_untouched({"ragged.kv_indptr: request 0 holds 8 keys but the plan was made for 9"});
+}
+
+TEST_F(PrefillRun, RaggedForPagedPlan) {
+  PlanInputs pi = plan_inputs(p, 3, paged.table.kv_page_indptr, paged.table.kv_last_page_len);
+  pi.qo_indptr = in.qo_indptr;
+  plan = prefill_plan(pi, Workspace{});
+  expect_rejected_untouched({"ragged: K/V is ragged but the plan was made for paged K/V (page_size 3)"});
+  args.ragged = RaggedKV{};
+  args.paged = paged.view();
+  EXPECT_NO_THROW(validate_prefill_args(plan, args));
+}
+
+TEST_F(PrefillRun, RaggedIndptrNotFromZero) {
+  ints(ragged.kv_indptr)[0] = 1;
+  expect_rejected_untouched({"ragged.kv_indptr[0] must be 0, got 1"});
 }
 
 TEST_F(PrefillRun, RaggedKvHeadsMismatch) {
