@@ -778,9 +778,16 @@ class AppendKvArgs : public testing::Test {
     kv.k_pages.fill_bytes(kPoison);
     kv.v_pages.fill_bytes(kPoison);
   }
-  void call() { append_kv(kv.view(), k_new.view(), v_new.view(), batch_indices.view(), positions.view()); }
+  void call() { call(kv.view()); }
+  void call(const PagedKV& view) {
+    append_kv(view, k_new.view(), v_new.view(), batch_indices.view(), positions.view());
+  }
   void expect_rejected_untouched(std::initializer_list<std::string> needles) {
-    expect_rejected([&] { call(); }, needles);
+    expect_view_rejected_untouched(kv.view(), needles);
+  }
+  // With an edited view of the pools and index tensors (kv's own memory, poisoned).
+  void expect_view_rejected_untouched(const PagedKV& view, std::initializer_list<std::string> needles) {
+    expect_rejected([&] { call(view); }, needles);
     EXPECT_TRUE(all_bytes_equal(kv.k_pages, kPoison) && all_bytes_equal(kv.v_pages, kPoison))
         << "a rejected call wrote the pools";
   }
@@ -853,6 +860,50 @@ TEST_F(AppendKvArgs, NewKvStridesDiffer) {
 TEST_F(AppendKvArgs, PositionsWrongLength) {
   positions = HostTensor::from_int32({1, 2});
   expect_rejected_untouched({"positions: num_tokens (dim 0) is 2, expected 3"});
+}
+
+TEST_F(AppendKvArgs, KPagesNotGiven) {
+  PagedKV view = kv.view();
+  view.k_pages = TensorView{};
+  expect_view_rejected_untouched(view, {"kv.k_pages: not given (undefined tensor)"});
+}
+
+// Without a plan the page size comes from the pools: 0 would divide every position by 0.
+TEST_F(AppendKvArgs, PoolPageSizeZero) {
+  PagedKV view = kv.view();
+  view.k_pages.shape[1] = 0;  // NHD: [pages, page_size, num_kv_heads, head_dim]
+  view.v_pages.shape[1] = 0;
+  expect_view_rejected_untouched(view, {"kv.k_pages: page_size (0) must be >= 1 (layout NHD)"});
+}
+
+TEST_F(AppendKvArgs, IndexNotContiguous) {
+  HostTensor strided = HostTensor::from_int32({12, 0, 0, 0, 6});  // {12, 0, 6} with stride 2
+  positions = strided;
+  positions.view().shape[0] = 3;
+  positions.view().strides[0] = 2;
+  expect_rejected_untouched({"positions: must be contiguous (stride 1), got stride 2"});
+}
+
+TEST_F(AppendKvArgs, IndptrEmpty) {
+  PagedKV view = kv.view();
+  view.kv_page_indptr.shape[0] = 0;
+  expect_view_rejected_untouched(view, {"kv.kv_page_indptr: must hold batch + 1 entries, got none"});
+}
+
+TEST_F(AppendKvArgs, IndptrNotFromZero) {
+  ints(kv.kv_page_indptr)[0] = 1;
+  expect_rejected_untouched({"kv.kv_page_indptr[0] must be 0, got 1"});
+}
+
+TEST_F(AppendKvArgs, IndptrDecreases) {
+  ints(kv.kv_page_indptr)[2] = 3;  // {0, 4, 6} -> {0, 4, 3}
+  expect_rejected_untouched({"kv.kv_page_indptr must be non-decreasing: entry 2 (3) < entry 1 (4)"});
+}
+
+TEST_F(AppendKvArgs, TooFewPageIds) {
+  PagedKV view = kv.view();
+  view.kv_page_indices.shape[0] = 5;  // kv_page_indptr[batch] is 6
+  expect_view_rejected_untouched(view, {"kv.kv_page_indices: holds 5 entries but kv.kv_page_indptr[batch] is 6"});
 }
 
 // ---- merge_states --------------------------------------------------------------------------------
