@@ -580,6 +580,24 @@ TEST_F(DecodeRun, PlanSizesInconsistent) {
   plan = good;
   plan.qo_indptr.clear();
   expect_rejected_untouched({"plan: inconsistent (batch 2, 2 kv lengths, 0 qo_indptr entries)"});
+  plan = good;
+  plan.total_qo = 3;  // q and o have 2 rows, as qo_indptr says
+  expect_rejected_untouched({"plan: total_qo (3) differs from plan.qo_indptr[batch] (2)"});
+}
+
+// A hand-made plan whose heads are not a whole group per K/V head: num_kv_heads 0 divided the CPU
+// backend by zero; 7 query heads over 2 K/V heads left query head 6 unwritten.
+TEST_F(DecodeRun, PlanHeadsNotAGroup) {
+  const Plan good = plan;
+  const DecodeArgs good_args = args;
+  plan.num_kv_heads = 0;
+  for (TensorView* pool : {&args.kv.k_pages, &args.kv.v_pages}) pool->shape[2] = 0;  // NHD: no heads
+  expect_rejected_untouched({"plan: num_kv_heads (0) must be > 0 and divide num_qo_heads (8)"});
+  plan = good;
+  args = good_args;
+  plan.num_qo_heads = 7;
+  for (TensorView* t : {&args.q, &args.o, &args.lse}) t->shape[1] = 7;
+  expect_rejected_untouched({"plan: num_kv_heads (2) must be > 0 and divide num_qo_heads (7)"});
 }
 
 // The CPU backend reads the index tensors, so their contents are checked before it does.
@@ -742,6 +760,14 @@ TEST_F(PrefillRun, RaggedForPagedPlan) {
   args.ragged = RaggedKV{};
   args.paged = paged.view();
   EXPECT_NO_THROW(validate_prefill_args(plan, args));
+}
+
+// A hand-made plan with a negative kv length: ragged.kv_indptr {0, 13, 11} matches kv_len
+// {13, -2} and the sum (11) fits k's 11 rows, but request 0 would read 13 of them.
+TEST_F(PrefillRun, PlanKvLenNegative) {
+  plan.kv_len = {13, -2};
+  ints(ragged.kv_indptr)[1] = 13;
+  expect_rejected_untouched({"plan.kv_len[1] (-2) is negative"});
 }
 
 TEST_F(PrefillRun, RaggedIndptrNotFromZero) {
