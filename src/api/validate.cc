@@ -251,15 +251,23 @@ void check_indptr(const std::vector<int32_t>& indptr, const char* what) {
   }
 }
 
-// A plan as plan() returns it: the host vectors agree with batch and qo_indptr keeps the rows
-// within total_qo (guards hand-made plans).
+// A plan as plan() returns it: the host vectors agree with batch, qo_indptr keeps the rows
+// within total_qo, kv lengths are >= 0 and the query heads are whole groups per K/V head (guards
+// hand-made plans: the CPU backend divides by num_kv_heads and reads kv_len keys of a request).
 void check_plan(const Plan& plan) {
+  constexpr const char* kMadeBy = "; pass a plan returned by decode_plan or prefill_plan";
   GQ_CHECK(plan.batch >= 0 && plan.kv_len.size() == size_t(plan.batch) &&
-               plan.qo_indptr.size() == size_t(plan.batch) + 1 &&
-               plan.qo_indptr.back() == plan.total_qo,
+               plan.qo_indptr.size() == size_t(plan.batch) + 1,
            "plan: inconsistent (batch ", plan.batch, ", ", plan.kv_len.size(), " kv lengths, ",
-           plan.qo_indptr.size(), " qo_indptr entries); pass a plan returned by decode_plan or prefill_plan");
+           plan.qo_indptr.size(), " qo_indptr entries)", kMadeBy);
+  GQ_CHECK(plan.qo_indptr.back() == plan.total_qo, "plan: total_qo (", plan.total_qo,
+           ") differs from plan.qo_indptr[batch] (", plan.qo_indptr.back(), ")", kMadeBy);
   check_indptr(plan.qo_indptr, "plan.qo_indptr");
+  for (int b = 0; b < plan.batch; ++b) {
+    GQ_CHECK(plan.kv_len[b] >= 0, "plan.kv_len[", b, "] (", plan.kv_len[b], ") is negative", kMadeBy);
+  }
+  GQ_CHECK(plan.num_kv_heads > 0 && plan.num_qo_heads % plan.num_kv_heads == 0, "plan: num_kv_heads (",
+           plan.num_kv_heads, ") must be > 0 and divide num_qo_heads (", plan.num_qo_heads, ")", kMadeBy);
 }
 
 // The GPU kernels fold the scale into the exponent as a positive factor, so a negative one is
