@@ -770,6 +770,12 @@ TEST_F(PrefillRun, PlanKvLenNegative) {
   expect_rejected_untouched({"plan.kv_len[1] (-2) is negative"});
 }
 
+// The kernels address ragged K and V with one set of strides (v's rows here overlap, read in bounds).
+TEST_F(PrefillRun, RaggedStridesDiffer) {
+  args.ragged.v.strides[0] = 80;
+  expect_rejected_untouched({"ragged.v: strides [80, 80, 1] differ from ragged.k strides [160, 80, 1]"});
+}
+
 TEST_F(PrefillRun, RaggedIndptrNotFromZero) {
   ints(ragged.kv_indptr)[0] = 1;
   expect_rejected_untouched({"ragged.kv_indptr[0] must be 0, got 1"});
@@ -900,6 +906,20 @@ TEST_F(AppendKvArgs, PoolPageSizeZero) {
   view.k_pages.shape[1] = 0;  // NHD: [pages, page_size, num_kv_heads, head_dim]
   view.v_pages.shape[1] = 0;
   expect_view_rejected_untouched(view, {"kv.k_pages: page_size (0) must be >= 1 (layout NHD)"});
+}
+
+// Without a plan the pools' dtype is checked on its own: bf16 or fp16, and fp32 on the CPU only.
+// (validate_append_kv is called directly for CUDA-tagged views, which it never dereferences.)
+TEST_F(AppendKvArgs, PoolDtypeNotStorable) {
+  PagedKV view = kv.view();
+  for (TensorView* pool : {&view.k_pages, &view.v_pages}) pool->dtype = DType::kInt32;
+  expect_view_rejected_untouched(view, {"kv.k_pages: dtype int32 is not supported on cpu (expected bf16 or fp16 or fp32)"});
+  for (TensorView* pool : {&view.k_pages, &view.v_pages}) {
+    pool->dtype = DType::kFP32;
+    pool->device = Device::kCUDA;
+  }
+  expect_rejected([&] { validate_append_kv(view, k_new.view(), v_new.view(), batch_indices.view(), positions.view()); },
+                  {"kv.k_pages: dtype fp32 is not supported on cuda (expected bf16 or fp16)"});
 }
 
 TEST_F(AppendKvArgs, IndexNotContiguous) {
