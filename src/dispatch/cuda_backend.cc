@@ -237,7 +237,8 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   }
   GQ_CHECK(list.items.size() <= kMaxWorkItems, "plan: ", list.items.size(), " work items exceed the limit of ",
            kMaxWorkItems, " (split the batch)");
-  GQ_CHECK(static_cast<size_t>(plan.batch) <= kMaxRequests, "plan: batch ", plan.batch, " exceeds ", kMaxRequests);
+  GQ_CHECK(static_cast<size_t>(plan.batch) <= kMaxRequests, "plan: batch ", plan.batch, " exceeds the limit of ",
+           kMaxRequests, " requests (split the batch)");
 
   plan.kernel_id = kernel.id;
   // On sm_90 the merge after a decode or decode_mid kernel is a programmatic dependent launch: it
@@ -281,6 +282,10 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
     plan.num_ctas = inputs.enable_cuda_graph ? target_ctas : std::min(plan.num_work, target_ctas);
   }
   // Both kernels load item blockIdx.x before they read num_work (one round trip less at the start).
+  // The grid is at most max(num_work, target_ctas): num_work was checked above and target_ctas
+  // (SMs x resident CTAs: a few hundred, 528 for decode_many on an H200) is far below 2^17, so this
+  // cannot fire on any GPU today; it guards that read against a change of the grid's rule
+  // (tests/gpu/plan_limits_gpu_test.cc runs a grid of 2^17 CTAs, the most it allows).
   GQ_CHECK(plan.num_ctas <= static_cast<int64_t>(kMaxWorkItems), "plan: a grid of ", plan.num_ctas,
            " CTAs exceeds the work list's ", kMaxWorkItems, " items");
   plan.split = list.split || (inputs.enable_cuda_graph && !inputs.graph_per_split);
