@@ -1,18 +1,13 @@
-// The safetensors reader and writer, with the few JSON forms its header uses (objects, arrays,
-// strings, integers). Layer: engine (host-only).
+// The safetensors reader (its header parsed by json.h) and writer. Layer: engine (host-only).
 #include "safetensors.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
-#include <memory>
-#include <set>
 #include <sstream>
 
 #include "gqattn/error.h"
+#include "json.h"
 
 namespace gqattn::engine {
 
@@ -22,205 +17,11 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 // The writer pads the header with spaces so the data section starts at a multiple of this.
 constexpr size_t kDataAlign = 8;
-// A header nests three deep (tensors -> entry -> shape); deeper is a corrupt file, and a bound
-// keeps the recursive parser off the end of the stack.
-constexpr int kMaxJsonDepth = 64;
-// Values in a header, at most: a checkpoint has a few per tensor (name, dtype, shape, offsets) and
-// some thousands of tensors; the bound keeps a hostile header of 100 MB of "0," (~96 bytes a parsed
-// value) from taking gigabytes.
-constexpr int64_t kMaxJsonValues = int64_t(1) << 20;
-// Integers below 2^53 are exact in the parser's double; no offset or dimension of a file is larger.
-constexpr double kMaxJsonInteger = 9007199254740992.0;
-
-struct Json {
-  enum class Kind { kNull, kString, kNumber, kArray, kObject } kind = Kind::kNull;
-  std::string str;
-  double number = 0;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-};
-
-class JsonParser {
- public:
-  JsonParser(const std::string& text, const std::string& where) : s_(text), where_(where) {}
-
-  Json parse_document() {
-    Json v = parse_value();
-    skip_space();
-    if (pos_ != s_.size()) fail("trailing characters after the header object");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error(where_ + ": bad safetensors header at byte " + std::to_string(pos_) + ": " + what);
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  char peek() {
-    skip_space();
-    if (pos_ >= s_.size()) fail("unexpected end");
-    return s_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  Json parse_value() {
-    if (++values_ > kMaxJsonValues) fail("more than " + std::to_string(kMaxJsonValues) + " values");
-    const char c = peek();
-    if (c == '{' || c == '[') {
-      if (++depth_ > kMaxJsonDepth) fail("nested deeper than " + std::to_string(kMaxJsonDepth));
-      Json v = c == '{' ? parse_object() : parse_array();
-      --depth_;
-      return v;
-    }
-    if (c == '"') {
-      Json v;
-      v.kind = Json::Kind::kString;
-      v.str = parse_string();
-      return v;
-    }
-    if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) return parse_number();
-    if (s_.compare(pos_, 4, "null") == 0) {
-      pos_ += 4;
-      return Json();
-    }
-    fail(std::string("unexpected character '") + c + "'");
-  }
-  Json parse_object() {
-    Json v;
-    v.kind = Json::Kind::kObject;
-    expect('{');
-    if (peek() == '}') {
-      ++pos_;
-      return v;
-    }
-    std::set<std::string> names;
-    while (true) {
-      if (peek() != '"') fail("expected a member name");
-      std::string key = parse_string();
-      if (!names.insert(key).second) fail("duplicate member name '" + key + "'");
-      expect(':');
-      v.members.emplace_back(std::move(key), parse_value());
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      return v;
-    }
-  }
-  Json parse_array() {
-    Json v;
-    v.kind = Json::Kind::kArray;
-    expect('[');
-    if (peek() == ']') {
-      ++pos_;
-      return v;
-    }
-    while (true) {
-      v.items.push_back(parse_value());
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      return v;
-    }
-  }
-  std::string parse_string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') return out;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"': case '\\': case '/': out += e; break;
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': append_utf8(out, parse_code_point()); break;
-        default: fail(std::string("unknown escape '\\") + e + "'");
-      }
-    }
-  }
-  // Four hex digits.
-  unsigned parse_hex4() {
-    unsigned code = 0;
-    for (int i = 0; i < 4; ++i, ++pos_) {
-      const char h = pos_ < s_.size() ? s_[pos_] : '\0';
-      if (!std::isxdigit(static_cast<unsigned char>(h))) fail("bad \\u escape");
-      code = code * 16 + unsigned(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
-    }
-    return code;
-  }
-  // The code point of a \u escape (its "\u" read), a UTF-16 surrogate pair joined.
-  unsigned parse_code_point() {
-    const unsigned code = parse_hex4();
-    if (code < 0xD800 || code >= 0xE000) return code;
-    if (code >= 0xDC00 || s_.compare(pos_, 2, "\\u") != 0) fail("unpaired surrogate in a \\u escape");
-    pos_ += 2;
-    const unsigned low = parse_hex4();
-    if (low < 0xDC00 || low >= 0xE000) fail("unpaired surrogate in a \\u escape");
-    return 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-  }
-  static void append_utf8(std::string& out, unsigned code) {
-    if (code < 0x80) {
-      out += char(code);
-    } else if (code < 0x800) {
-      out += char(0xC0 | (code >> 6));
-      out += char(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-      out += char(0xE0 | (code >> 12));
-      out += char(0x80 | ((code >> 6) & 0x3F));
-      out += char(0x80 | (code & 0x3F));
-    } else {
-      out += char(0xF0 | (code >> 18));
-      out += char(0x80 | ((code >> 12) & 0x3F));
-      out += char(0x80 | ((code >> 6) & 0x3F));
-      out += char(0x80 | (code & 0x3F));
-    }
-  }
-  Json parse_number() {
-    const size_t start = pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-' ||
-                                s_[pos_] == '+' || s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
-      ++pos_;
-    Json v;
-    v.kind = Json::Kind::kNumber;
-    size_t used = 0;
-    try {
-      v.number = std::stod(s_.substr(start, pos_ - start), &used);
-    } catch (const std::exception&) {
-      fail("bad number");
-    }
-    if (used != pos_ - start) fail("bad number");
-    return v;
-  }
-
-  const std::string& s_;
-  std::string where_;
-  size_t pos_ = 0;
-  int depth_ = 0;
-  int64_t values_ = 0;
-};
 
 uint64_t as_offset(const Json& v, const std::string& where) {
-  GQ_CHECK(v.kind == Json::Kind::kNumber && v.number >= 0 && v.number < kMaxJsonInteger &&
-               v.number == std::floor(v.number),
-           where, ": expected a non-negative integer below 2^53");
-  return uint64_t(v.number);
+  const std::optional<int64_t> n = v.integer();
+  GQ_CHECK(n && *n >= 0, where, ": expected a non-negative integer below 2^53");
+  return uint64_t(*n);
 }
 
 // Bytes per element of a safetensors dtype name, 0 for an unknown one.
@@ -282,7 +83,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   data_offset_ = 8 + header_len;
   const uint64_t data_bytes = file_size - data_offset_;
 
-  const Json root = JsonParser(header, path).parse_document();
+  const Json root = parse_json(header, path + ": bad safetensors header");
   GQ_CHECK(root.kind == Json::Kind::kObject, path, ": the header is not a JSON object");
   for (const auto& [name, value] : root.members) {
     if (name == "__metadata__") {
