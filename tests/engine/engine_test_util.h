@@ -4,9 +4,12 @@
 // step by step (teacher forcing). Header-only. Layer: tests (host-only).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +18,7 @@
 #include "api/host_float.h"
 #include "config.h"
 #include "engine.h"
+#include "gqattn/error.h"
 #include "model_runner.h"
 #include "weights.h"
 
@@ -46,6 +50,16 @@ inline RunnerConfig odd_tiny_runner_config(int num_kv_heads = 0, const std::stri
   rc.model.intermediate_size = 330;
   rc.model.vocab_size = 509;
   return rc;
+}
+
+// `fn` throws a gqattn::Error whose message contains `needle`.
+inline void expect_throws_with(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 inline std::unique_ptr<ModelRunner> make_runner(const RunnerConfig& rc, const std::string& device = "cpu") {

@@ -19,6 +19,8 @@
 namespace gqattn::engine {
 namespace {
 
+using test::expect_throws_with;
+
 std::string temp_path(const std::string& name) {
   const std::string file = "gqattn_engine_test_" + std::to_string(::getpid()) + "_" + name;
   return (std::filesystem::temp_directory_path() / file).string();
@@ -30,15 +32,6 @@ void write_raw(const std::string& path, const std::string& header, size_t data_b
   const uint64_t len = header.size();
   out.write(reinterpret_cast<const char*>(&len), 8);
   out << header << std::string(data_bytes, '\0');
-}
-
-void expect_throws_with(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(Safetensors, RoundTripsTensorsAndMetadata) {
@@ -142,7 +135,10 @@ TEST(Safetensors, RejectsOverlapsAndGapsInTheData) {
 TEST(Safetensors, TinyCheckpointLoadsBitForBitAndServesTheSameLogits) {
   const RunnerConfig random_cfg = test::tiny_runner_config();
   const HostWeights weights = random_host_weights(random_cfg.model, test::kSeed);
-  const std::string path = temp_path("tiny.safetensors");
+  // In a directory of its own: a config.json beside the file would be checked too.
+  const std::filesystem::path dir = temp_path("tiny");
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "tiny.safetensors").string();
   save_weights(random_cfg.model, weights, path);
 
   const HostWeights loaded = load_weights(random_cfg.model, path);
@@ -162,6 +158,7 @@ TEST(Safetensors, TinyCheckpointLoadsBitForBitAndServesTheSameLogits) {
   expect_throws_with([&] { load_weights(model_config("tiny", 1), path); }, "self_attn.k_proj.weight' has shape [256, 256]");
   std::remove(path.c_str());
   expect_throws_with([&] { load_weights(random_cfg.model, path); }, "does not exist");
+  std::filesystem::remove_all(dir);
 }
 
 // A directory of shards, with tied embeddings (no lm_head.weight); a tensor in two shards or one
