@@ -9,6 +9,7 @@
 
 #include "api/host_float.h"
 #include "gqattn/error.h"
+#include "hf_config.h"
 #include "random.h"
 #include "safetensors.h"
 
@@ -117,6 +118,9 @@ HostWeights load_weights(const ModelConfig& config, const std::string& path) {
     GQ_CHECK(fs::exists(path), "--weights: '", path, "' does not exist");
     files.push_back(path);
   }
+  // Without a config.json only the shapes are checked, and a missing lm_head means tied embeddings.
+  const std::string config_json = hf_config_path(path);
+  const bool tied = config_json.empty() || check_hf_config(config, config_json).tie_word_embeddings;
   std::vector<std::unique_ptr<SafetensorsFile>> shards;
   for (const std::string& f : files) shards.push_back(std::make_unique<SafetensorsFile>(f));
   const auto find = [&](const std::string& name) {
@@ -133,7 +137,11 @@ HostWeights load_weights(const ModelConfig& config, const std::string& path) {
   HostWeights w;
   for (const WeightSpec& spec : weight_specs(config)) {
     auto found = find(spec.name);
-    if (found.second == nullptr && spec.name == "lm_head.weight") found = find("model.embed_tokens.weight");
+    if (found.second == nullptr && spec.name == "lm_head.weight") {
+      GQ_CHECK(tied, "--weights: '", path, "' has no tensor 'lm_head.weight' but ", config_json,
+               " has tie_word_embeddings false (absent: false)");
+      found = find("model.embed_tokens.weight");
+    }
     const SafetensorsFile* file = found.first;
     const SafetensorsEntry* entry = found.second;
     GQ_CHECK(entry != nullptr, "--weights: '", path, "' has no tensor '", spec.name, "' (", config.name,

@@ -44,9 +44,12 @@ struct WeightSource {
 // The random weights on the host (what the CUDA path generates on the device).
 HostWeights random_host_weights(const ModelConfig& config, uint64_t seed);
 // Loads every weight of `config` from a .safetensors file or a directory of them; BF16, F16 and
-// F32 are converted to bf16; a missing lm_head.weight means tied embeddings. Throws
-// gqattn::Error naming the file, the tensor and the expected shape on a mismatch, and for a
-// tensor in two files or one `config` has no place for (RoPE's inv_freq buffers aside).
+// F32 are converted to bf16. A config.json in the directory (or beside the file) is checked
+// first (hf_config.h); then a missing lm_head.weight needs its tie_word_embeddings true, and
+// without one it means tied embeddings. An lm_head.weight present is used even when tied (as
+// transformers 5 does where it differs from the embedding). Throws gqattn::Error naming the
+// file, the tensor and the expected shape on a mismatch, and for a tensor in two files or one
+// `config` has no place for (RoPE's inv_freq buffers aside).
 HostWeights load_weights(const ModelConfig& config, const std::string& path);
 // Writes `weights` as one safetensors file in the Hugging Face layout.
 void save_weights(const ModelConfig& config, const HostWeights& weights, const std::string& path);
