@@ -151,8 +151,11 @@ TEST(GpuEngine, GreedyTokensEqualTheCpuEnginesUntilANearTie) {
 TEST(GpuEngine, DeviceRandomWeightsEqualTheHostOnes) {
   GQ_REQUIRE_GPU();
   const RunnerConfig rc = test::tiny_runner_config();
-  const std::string file = "gqattn_engine_gpu_" + std::to_string(::getpid()) + ".safetensors";
-  const std::string path = (std::filesystem::temp_directory_path() / file).string();
+  // In a directory of its own: a config.json beside the file would be checked too.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gqattn_engine_gpu_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.safetensors").string();
   save_weights(rc.model, random_host_weights(rc.model, test::kSeed), path);
   RunnerConfig from_file = rc;
   from_file.weights.path = path;
@@ -160,7 +163,7 @@ TEST(GpuEngine, DeviceRandomWeightsEqualTheHostOnes) {
   auto b = test::make_runner(from_file, "cuda");
   const auto seq = test::make_prompts({24}, rc.model.vocab_size, 2);
   EXPECT_EQ(test::run_teacher_forced(*a, seq, 16, 16), test::run_teacher_forced(*b, seq, 16, 16));
-  std::remove(path.c_str());
+  std::filesystem::remove_all(dir);
 }
 
 // 128 requests x (32 + 992) tokens, as in the end-to-end table, with the tiny model.
