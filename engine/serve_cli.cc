@@ -64,7 +64,8 @@ common flags:
   --num-kv-heads N           override the model's K/V heads (32, 8, 1: must divide its query heads)
   --attention gqattn|expand  attention backend (default gqattn)
   --seed N                   weights, prompts and sampling (default 0)
-  --weights PATH             a safetensors file or directory in the Hugging Face Llama layout
+  --weights PATH             a safetensors file or directory in the Hugging Face Llama layout;
+                             a config.json there must match --model and --num-kv-heads
                              (default: random bf16 weights)
   --page-size N              tokens per K/V page (default 16)
   --cuda-graph 0|1           capture decode steps in CUDA graphs (default 1)
