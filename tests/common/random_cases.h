@@ -50,6 +50,17 @@ inline void pick_heads(std::mt19937_64& rng, RandomCase& c) {
     if (g * c.num_kv_heads <= 64) groups.push_back(g);
   c.num_qo_heads = pick(rng, groups) * c.num_kv_heads;
 }
+// dtype, head_dim, heads, page size (from `page_sizes`) and layout, drawn in that order.
+inline RandomCase pick_shape(std::mt19937_64& rng, const std::vector<int>& head_dims, const std::vector<DType>& dtypes,
+                             const std::vector<int>& page_sizes) {
+  RandomCase c;
+  c.dtype = pick(rng, dtypes);
+  c.head_dim = pick(rng, head_dims);
+  pick_heads(rng, c);
+  c.page_size = pick(rng, page_sizes);
+  c.layout = uniform(rng, 0, 1) ? KVLayout::kHND : KVLayout::kNHD;
+  return c;
+}
 }  // namespace random_cases_detail
 
 // A decode case: 1..24 requests of 1..8 new tokens (one token in half the cases) and kv_len 0 or
@@ -57,12 +68,7 @@ inline void pick_heads(std::mt19937_64& rng, RandomCase& c) {
 inline RandomCase random_decode_case(std::mt19937_64& rng, const std::vector<int>& head_dims,
                                      const std::vector<DType>& dtypes) {
   using namespace random_cases_detail;
-  RandomCase c;
-  c.dtype = pick(rng, dtypes);
-  c.head_dim = pick(rng, head_dims);
-  pick_heads(rng, c);
-  c.page_size = pick<int>(rng, {1, 2, 3, 5, 8, 16, 16, 32, 64, 128, 256});
-  c.layout = uniform(rng, 0, 1) ? KVLayout::kHND : KVLayout::kNHD;
+  RandomCase c = pick_shape(rng, head_dims, dtypes, {1, 2, 3, 5, 8, 16, 16, 32, 64, 128, 256});
   c.qo_len = uniform(rng, 0, 1) ? 1 : uniform(rng, 2, 8);
   const int batch = uniform(rng, 1, 24);
   const int max_len = pick<int>(rng, {64, 300, 1000, 2500});
@@ -80,12 +86,7 @@ inline RandomCase random_decode_case(std::mt19937_64& rng, const std::vector<int
 inline RandomCase random_prefill_case(std::mt19937_64& rng, const std::vector<int>& head_dims,
                                       const std::vector<DType>& dtypes) {
   using namespace random_cases_detail;
-  RandomCase c;
-  c.dtype = pick(rng, dtypes);
-  c.head_dim = pick(rng, head_dims);
-  pick_heads(rng, c);
-  c.page_size = pick<int>(rng, {0, 0, 1, 3, 7, 16, 32, 64, 128, 256});
-  c.layout = uniform(rng, 0, 1) ? KVLayout::kHND : KVLayout::kNHD;
+  RandomCase c = pick_shape(rng, head_dims, dtypes, {0, 0, 1, 3, 7, 16, 32, 64, 128, 256});
   c.causal = uniform(rng, 0, 2) != 0;
   const int batch = uniform(rng, 1, 5);
   for (int b = 0; b < batch; ++b) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "api/validate.h"
+#include "common/expect_error.h"
 #include "cpu/attention_problem.h"
 #include "plan/planner.h"
 
@@ -17,20 +18,6 @@ namespace gqattn::test {
 namespace {
 
 constexpr uint8_t kPoison = 0xAB;
-
-void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> needles) {
-  std::string message;
-  bool threw = false;
-  try {
-    call();
-  } catch (const Error& e) {
-    threw = true;
-    message = e.what();
-  }
-  ASSERT_TRUE(threw) << "expected a gqattn::Error naming: " << *needles.begin();
-  for (const std::string& needle : needles)
-    EXPECT_NE(message.find(needle), std::string::npos) << "message: " << message << "\nmissing: " << needle;
-}
 
 int32_t* ints(HostTensor& t) { return static_cast<int32_t*>(t.data()); }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "dispatch/cuda_backend.h"
 #include "dispatch/select_kernel.h"
 #include "gpu/gpu_util.h"
@@ -42,21 +43,6 @@ size_t min_workspace_bytes() {
   const size_t requests = align_up(work + size_t(kMaxWorkItems) * sizeof(WorkItem));
   const size_t partial_lse = align_up(requests + size_t(kMaxRequests) * sizeof(MergeRequest));
   return partial_lse + kAlign;
-}
-
-std::string expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> needles) {
-  std::string message;
-  bool threw = false;
-  try {
-    call();
-  } catch (const Error& e) {
-    threw = true;
-    message = e.what();
-  }
-  EXPECT_TRUE(threw) << "expected a gqattn::Error naming: " << *needles.begin();
-  for (const std::string& needle : needles)
-    EXPECT_NE(message.find(needle), std::string::npos) << "message: " << message << "\nmissing: " << needle;
-  return message;
 }
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
