@@ -22,8 +22,9 @@ struct HfConfig {
 // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size and
 // vocab_size equal; rms_norm_eps and rope_theta within a relative 1e-6; RoPE scaling (rope_scaling,
 // or transformers 5's rope_parameters) none or Llama-3's "llama3" as `config` has it, over the
-// whole head (partial_rotary_factor 1); hidden_act "silu"; no attention or MLP bias; max_position_embeddings at least config.max_position. An
-// absent (or null) field takes transformers' LlamaConfig default; unknown fields are ignored.
+// whole head (partial_rotary_factor 1); hidden_act "silu"; no attention or MLP bias;
+// max_position_embeddings at least config.max_position. An absent (or null) field takes
+// transformers' LlamaConfig default; unknown fields are ignored.
 // Throws gqattn::Error naming the file, the field, its value, the engine's and the flag to change,
 // or the file and the byte for malformed JSON.
 HfConfig check_hf_config(const ModelConfig& config, const std::string& path);
