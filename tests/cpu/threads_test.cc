@@ -254,19 +254,25 @@ TEST(ConcurrentCalls, EveryThreadGetsTheSingleThreadedBits) {
 
 // Makes every thread started from now on ask for a stack larger than the address space, so that
 // std::thread's constructor throws std::system_error (EAGAIN), as at a process's thread limit;
-// restores the default stack size on destruction.
+// restores the default it replaced on destruction (nothing where it could not read or set one).
 class NoNewThreads {
  public:
   NoNewThreads() {
-    ok_ = pthread_getattr_default_np(&saved_) == 0;
+    saved_ = pthread_getattr_default_np(&old_) == 0;
     pthread_attr_t huge;
-    ok_ = ok_ && pthread_attr_init(&huge) == 0;
-    ok_ = ok_ && pthread_attr_setstacksize(&huge, size_t(1) << 50) == 0 && pthread_setattr_default_np(&huge) == 0;
+    if (!saved_ || pthread_attr_init(&huge) != 0) return;
+    set_ = pthread_attr_setstacksize(&huge, size_t(1) << 50) == 0 && pthread_setattr_default_np(&huge) == 0;
+    pthread_attr_destroy(&huge);  // the default holds a copy
   }
-  ~NoNewThreads() { pthread_setattr_default_np(&saved_); }
+  ~NoNewThreads() {
+    if (set_) pthread_setattr_default_np(&old_);
+    if (saved_) pthread_attr_destroy(&old_);
+  }
+  NoNewThreads(const NoNewThreads&) = delete;
+  NoNewThreads& operator=(const NoNewThreads&) = delete;
   // Whether a thread now fails to start (false where the fault cannot be made here).
   bool active() const {
-    if (!ok_) return false;
+    if (!set_) return false;
     try {
       std::thread([] {}).join();
       return false;
@@ -276,8 +282,8 @@ class NoNewThreads {
   }
 
  private:
-  pthread_attr_t saved_;
-  bool ok_ = false;
+  pthread_attr_t old_;
+  bool saved_ = false, set_ = false;  // old_ holds the default; the huge stack is the default now
 };
 
 // The CPU backend starts helper threads for a large call; where none can be started (many
