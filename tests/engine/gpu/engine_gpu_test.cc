@@ -271,7 +271,7 @@ TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
   rc.max_model_len = 8;
   rc.max_num_seqs = 40000;
   rc.max_num_batched_tokens = 40000;
-  rc.num_pages = 40000;  // 16 KB a page: 655 MB
+  rc.num_pages = 40000;  // 64 KB a page (K and V of 2 layers): 2.6 GB
   try {
     test::make_runner(rc, "cuda");
     ADD_FAILURE() << "a runner was built for 40,000 running requests of 4 K/V heads";
