@@ -161,8 +161,10 @@ bool same_view(const TensorView& a, const TensorView& b) {
 // may interleave without a common element (the K and V halves of one [pages, 2, ...] cache), so a
 // partial overlap among such views goes unseen, as in torch's checks. An output must also hold
 // distinct elements: a dim of size > 1 with stride 0 (a broadcast view) writes one memory twice.
-void check_outputs(std::initializer_list<Named> outputs, const std::vector<Named>& inputs,
-                   const TensorView* o = nullptr, const TensorView* q = nullptr) {
+// `inputs`: any range of Named (an array, or NamedInputs).
+template <typename Inputs>
+void check_outputs(std::initializer_list<Named> outputs, const Inputs& inputs, const TensorView* o = nullptr,
+                   const TensorView* q = nullptr) {
   auto check_apart = [](const Named& out, const Named& other, bool may_be_same) {
     const TensorView& a = *out.view;
     const TensorView& b = *other.view;
@@ -195,10 +197,24 @@ constexpr PagedNames kKvNames = {"kv.k_pages", "kv.v_pages", "kv.kv_page_indptr"
                                  "kv.kv_last_page_len"};
 constexpr PagedNames kPagedNames = {"paged.k_pages", "paged.v_pages", "paged.kv_page_indptr",
                                     "paged.kv_page_indices", "paged.kv_last_page_len"};
-std::vector<Named> paged_tensors(const PagedKV& kv, const PagedNames& names) {
-  return {{&kv.k_pages, names[0]}, {&kv.v_pages, names[1]}, {&kv.kv_page_indptr, names[2]},
-          {&kv.kv_page_indices, names[3]}, {&kv.kv_last_page_len, names[4]}};
-}
+
+// A run's named inputs, on the stack: every decode / prefill run is validated, without a heap
+// allocation. At most seven: a PagedKV's five, q and qo_indptr.
+class NamedInputs {
+ public:
+  void add(const TensorView& t, const char* name) { items_[size_++] = Named{&t, name}; }
+  void add_paged(const PagedKV& kv, const PagedNames& names) {
+    const TensorView* views[5] = {&kv.k_pages, &kv.v_pages, &kv.kv_page_indptr, &kv.kv_page_indices,
+                                  &kv.kv_last_page_len};
+    for (int i = 0; i < 5; ++i) add(*views[i], names[i]);
+  }
+  const Named* begin() const { return items_; }
+  const Named* end() const { return items_ + size_; }
+
+ private:
+  Named items_[7] = {};
+  int size_ = 0;
+};
 
 // A 1-D int32 index tensor with `length` entries (kAny: any), contiguous, on the device.
 void check_index(const TensorView& t, const std::string& arg, const char* dim_name, int64_t length,
@@ -534,8 +550,9 @@ void validate_decode_args(const Plan& plan, const DecodeArgs& args) {
   check_run_lse(args.lse, plan);
   GQ_CHECK(args.kv.defined(), "kv: not given (kv.k_pages is undefined)");
   check_paged(args.kv, "kv", plan);
-  std::vector<Named> inputs = paged_tensors(args.kv, kKvNames);
-  inputs.push_back({&args.q, "q"});
+  NamedInputs inputs;
+  inputs.add_paged(args.kv, kKvNames);
+  inputs.add(args.q, "q");
   check_outputs({{&args.o, "o"}, {&args.lse, "lse"}}, inputs, &args.o, &args.q);
   if (plan.device == Device::kCPU) check_paged_contents(args.kv, "kv", plan);
 }
@@ -560,17 +577,18 @@ void validate_prefill_args(const Plan& plan, const PrefillArgs& args) {
   check_run_lse(args.lse, plan);
   check_index(args.qo_indptr, "qo_indptr", "batch + 1", int64_t(plan.batch) + 1, plan.device,
               plan.device_id, "the plan");
-  std::vector<Named> inputs;
+  NamedInputs inputs;
   if (args.paged.defined()) {
     check_paged(args.paged, "paged", plan);
-    inputs = paged_tensors(args.paged, kPagedNames);
+    inputs.add_paged(args.paged, kPagedNames);
   } else {
     check_ragged(args.ragged, "ragged", plan);
-    inputs = {{&args.ragged.k, "ragged.k"}, {&args.ragged.v, "ragged.v"},
-              {&args.ragged.kv_indptr, "ragged.kv_indptr"}};
+    inputs.add(args.ragged.k, "ragged.k");
+    inputs.add(args.ragged.v, "ragged.v");
+    inputs.add(args.ragged.kv_indptr, "ragged.kv_indptr");
   }
-  inputs.push_back({&args.q, "q"});
-  inputs.push_back({&args.qo_indptr, "qo_indptr"});
+  inputs.add(args.q, "q");
+  inputs.add(args.qo_indptr, "qo_indptr");
   check_outputs({{&args.o, "o"}, {&args.lse, "lse"}}, inputs, &args.o, &args.q);
   if (plan.device != Device::kCPU) return;
   const int32_t* qo_indptr = args.qo_indptr.ptr<int32_t>();
@@ -616,10 +634,14 @@ void validate_append_kv(const PagedKV& kv, const TensorView& k_new, const Tensor
   if (kv.kv_last_page_len.defined()) {
     check_index(kv.kv_last_page_len, "kv.kv_last_page_len", "batch", batch, device, device_id, ref);
   }
-  check_outputs({{&kv.k_pages, "kv.k_pages"}, {&kv.v_pages, "kv.v_pages"}},
-                {{&k_new, "k_new"}, {&v_new, "v_new"}, {&batch_indices, "batch_indices"},
-                 {&positions, "positions"}, {&kv.kv_page_indptr, "kv.kv_page_indptr"},
-                 {&kv.kv_page_indices, "kv.kv_page_indices"}, {&kv.kv_last_page_len, "kv.kv_last_page_len"}});
+  const Named inputs[] = {{&k_new, "k_new"},
+                          {&v_new, "v_new"},
+                          {&batch_indices, "batch_indices"},
+                          {&positions, "positions"},
+                          {&kv.kv_page_indptr, "kv.kv_page_indptr"},
+                          {&kv.kv_page_indices, "kv.kv_page_indices"},
+                          {&kv.kv_last_page_len, "kv.kv_last_page_len"}};
+  check_outputs({{&kv.k_pages, "kv.k_pages"}, {&kv.v_pages, "kv.v_pages"}}, inputs);
   if (device != Device::kCPU) return;
 
   const int32_t* indptr = kv.kv_page_indptr.ptr<int32_t>();
@@ -673,7 +695,8 @@ void validate_merge_states(const TensorView& v, const TensorView& s, const Tenso
   check_device(s, "s", device, device_id, ref);
   check_memory(s, "s");
   check_lse(s_merged, "s_merged", n, heads, "num_heads", device, device_id, ref);
-  check_outputs({{&v_merged, "v_merged"}, {&s_merged, "s_merged"}}, {{&v, "v"}, {&s, "s"}});
+  const Named inputs[] = {{&v, "v"}, {&s, "s"}};
+  check_outputs({{&v_merged, "v_merged"}, {&s_merged, "s_merged"}}, inputs);
 }
 
 }  // namespace gqattn
