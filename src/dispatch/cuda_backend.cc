@@ -21,9 +21,7 @@ namespace {
 // Workspace layout: [header | work items | merge requests | partial lse | partial o]. The offsets
 // depend only on the workspace size and head_dim, never on lengths (CUDA-graph replay relies on
 // this).
-constexpr size_t kAlign = 256;
-constexpr size_t kMaxWorkItems = size_t(1) << 17;
-constexpr size_t kMaxRequests = size_t(1) << 16;
+constexpr size_t kAlign = kWorkspaceAlign;
 // A split-KV chunk never holds fewer keys than this: below it the partial write and the merge
 // cost more than the parallelism gains (docs/perf-notes.md, "split-KV"; 256 until session 9,
 // when the online split merge made 128-key chunks pay: items 37, 38).
@@ -36,14 +34,19 @@ struct Layout {
   int64_t partial_rows_cap = 0;
 };
 
-Layout make_layout(size_t bytes, int head_dim) {
+Layout fixed_layout() {
   Layout l;
   l.header = 0;
   l.work = align_up(sizeof(PlanHeader));
   l.requests = align_up(l.work + kMaxWorkItems * sizeof(WorkItem));
   l.partial_lse = align_up(l.requests + kMaxRequests * sizeof(MergeRequest));
-  GQ_CHECK(bytes >= l.partial_lse + kAlign, "workspace: ", bytes, " bytes is too small; at least ",
-           l.partial_lse + kAlign, " needed (kRecommendedWorkspaceBytes = ", kRecommendedWorkspaceBytes, ")");
+  return l;
+}
+
+Layout make_layout(size_t bytes, int head_dim) {
+  Layout l = fixed_layout();
+  GQ_CHECK(bytes >= min_workspace_bytes(), "workspace: ", bytes, " bytes is too small; at least ",
+           min_workspace_bytes(), " needed (kRecommendedWorkspaceBytes = ", kRecommendedWorkspaceBytes, ")");
   const size_t rest = bytes - l.partial_lse - kAlign;
   // Partial rows are int32 in the work list (WorkItem / MergeRequest::partial_base): a workspace
   // of more rows than that (hundreds of GB) leaves the rest unused.
@@ -183,6 +186,8 @@ void check_supported(DType dtype, int head_dim) {
   dispatch::select_kernel(dtype, head_dim, 1);
   dispatch::select_kernel(dtype, head_dim, 1 << 20);
 }
+
+size_t min_workspace_bytes() { return fixed_layout().partial_lse + kAlign; }
 
 void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspace, void* stream) {
   DeviceGuard guard(plan.device_id);

@@ -7,6 +7,15 @@
 
 namespace gqattn::cuda_backend {
 
+// A CUDA plan's limits: the workspace holds this many work items and requests (fixed regions).
+constexpr size_t kMaxWorkItems = size_t(1) << 17;
+constexpr size_t kMaxRequests = size_t(1) << 16;
+// The workspace's data pointer and each region of it are aligned to this.
+constexpr size_t kWorkspaceAlign = 256;
+// The smallest workspace a CUDA plan accepts: header, work items, merge requests and one aligned
+// slot for the partial rows (where none fits, nothing splits).
+size_t min_workspace_bytes();
+
 // Completes a plan described by plan::describe(): picks the kernel, chooses split-KV, builds the
 // work list and uploads it into the workspace (async copy on `stream`).
 void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspace, void* stream);

@@ -19,6 +19,7 @@ namespace {
 
 }  // namespace
 
+size_t min_workspace_bytes() { no_cuda("a CUDA workspace"); }
 void finish_plan(Plan&, const PlanInputs&, const Workspace&, void*) { no_cuda("a CUDA plan"); }
 void decode_run(const Plan&, const DecodeArgs&, void*) { no_cuda("decode_run on CUDA tensors"); }
 void prefill_run(const Plan&, const PrefillArgs&, void*) { no_cuda("prefill_run on CUDA tensors"); }

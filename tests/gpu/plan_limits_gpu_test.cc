@@ -28,22 +28,10 @@
 namespace gqattn::test {
 namespace {
 
-// cuda_backend.cc's limits and workspace alignment (kMaxWorkItems, kMaxRequests, kAlign).
-constexpr int64_t kMaxWorkItems = int64_t(1) << 17;
-constexpr int64_t kMaxRequests = int64_t(1) << 16;
-constexpr size_t kAlign = 256;
-
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// The smallest workspace make_layout accepts: header, 2^17 work items and 2^16 merge requests, each
-// region 256-byte aligned, and one aligned slot for the partial rows (none fits: rest 0):
-// 256 + 6,291,456 + 1,048,576 + 256 = 7,340,544 bytes.
-size_t min_workspace_bytes() {
-  const size_t work = align_up(sizeof(PlanHeader));
-  const size_t requests = align_up(work + size_t(kMaxWorkItems) * sizeof(WorkItem));
-  const size_t partial_lse = align_up(requests + size_t(kMaxRequests) * sizeof(MergeRequest));
-  return partial_lse + kAlign;
-}
+// cuda_backend.h's limits and workspace alignment, signed for the tests' arithmetic.
+constexpr int64_t kMaxWorkItems = int64_t(cuda_backend::kMaxWorkItems);
+constexpr int64_t kMaxRequests = int64_t(cuda_backend::kMaxRequests);
+constexpr size_t kAlign = cuda_backend::kWorkspaceAlign;
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -255,7 +243,9 @@ TEST(GpuPlanLimits, WorkspaceMisaligned) {
 // compute-sanitizer shows).
 TEST(GpuPlanLimits, WorkspaceOneByteShort) {
   GQ_REQUIRE_GPU();
-  const size_t min_bytes = min_workspace_bytes();
+  // Header, 2^17 work items, 2^16 merge requests (each region 256-byte aligned) and one aligned slot
+  // for the partial rows: 256 + 6,291,456 + 1,048,576 + 256 bytes today.
+  const size_t min_bytes = cuda_backend::min_workspace_bytes();
   DeviceWorkspace ws;
   const Witness witness(ws.get());
   const PlanInputs in = witness.problem().inputs();
