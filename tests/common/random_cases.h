@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/test_util.h"
 #include "gqattn/attention.h"
 #include "gqattn/paged_kv.h"
 
@@ -100,8 +101,8 @@ inline RandomCase random_prefill_case(std::mt19937_64& rng, const std::vector<in
   return c;
 }
 
-// The CPU plan inputs of a case (lengths as a page table or token indptr; the GPU tests build
-// the same from their own page tables).
+// The CPU plan inputs of a case: its lengths as a page table (make_random_page_table, as the GPU
+// tests' check_decode / check_prefill build theirs) or a token indptr.
 inline PlanInputs random_case_plan_inputs(const RandomCase& c, bool decode) {
   PlanInputs in;
   in.device = Device::kCPU;
@@ -111,19 +112,14 @@ inline PlanInputs random_case_plan_inputs(const RandomCase& c, bool decode) {
   in.head_dim = c.head_dim;
   in.page_size = c.page_size;
   in.causal = decode || c.causal;
-  in.kv_indptr.push_back(0);
   if (decode) in.qo_len = c.qo_len;
-  else in.qo_indptr.push_back(0);
-  for (size_t b = 0; b < c.kv_len.size(); ++b) {
-    const int32_t len = c.kv_len[b];
-    if (c.page_size > 0) {
-      const int32_t pages = (len + c.page_size - 1) / c.page_size;
-      in.kv_indptr.push_back(in.kv_indptr.back() + pages);
-      in.kv_last_page_len.push_back(pages == 0 ? 0 : len - (pages - 1) * c.page_size);
-    } else {
-      in.kv_indptr.push_back(in.kv_indptr.back() + len);
-    }
-    if (!decode) in.qo_indptr.push_back(in.qo_indptr.back() + c.qo_lens[b]);
+  else in.qo_indptr = token_indptr(c.qo_lens);
+  if (c.page_size > 0) {
+    const PageTable table = make_random_page_table(c.kv_len, c.page_size, /*seed=*/0, /*extra_pages=*/0);
+    in.kv_indptr = table.kv_page_indptr;
+    in.kv_last_page_len = table.kv_last_page_len;
+  } else {
+    in.kv_indptr = token_indptr(c.kv_len);
   }
   return in;
 }
