@@ -28,6 +28,7 @@ ModelConfig llama2_7b() {
   return c;
 }
 
+// Meta-Llama-3-8B: unscaled RoPE at theta 500000.
 ModelConfig llama3_8b() {
   ModelConfig c;
   c.name = "llama3-8b";
@@ -39,9 +40,17 @@ ModelConfig llama3_8b() {
   c.intermediate_size = 14336;
   c.vocab_size = 128256;
   c.rope_theta = 500000.0;
-  c.rope_scaling.enabled = true;
   c.rms_norm_eps = 1e-5;
   c.max_position = 8192;
+  return c;
+}
+
+// Llama-3.1-8B: Llama-3-8B's shapes with the "llama3" rescaling of RoPE's low frequencies (factor 8
+// over an original 8192 positions). The engine serves it up to the same 8192 positions.
+ModelConfig llama31_8b() {
+  ModelConfig c = llama3_8b();
+  c.name = "llama3.1-8b";
+  c.rope_scaling.enabled = true;
   return c;
 }
 
@@ -80,7 +89,7 @@ int64_t ModelConfig::kv_bytes_per_token(int bytes_per_elem) const {
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"llama2-7b", "llama3-8b", "tiny"};
+  static const std::vector<std::string> names = {"llama2-7b", "llama3-8b", "llama3.1-8b", "tiny"};
   return names;
 }
 
@@ -90,10 +99,12 @@ ModelConfig model_config(const std::string& name, int num_kv_heads) {
     c = llama2_7b();
   } else if (name == "llama3-8b") {
     c = llama3_8b();
+  } else if (name == "llama3.1-8b") {
+    c = llama31_8b();
   } else if (name == "tiny") {
     c = tiny();
   } else {
-    throw Error("--model: unknown model '" + name + "' (expected llama2-7b, llama3-8b or tiny)");
+    throw Error("--model: unknown model '" + name + "' (expected llama2-7b, llama3-8b, llama3.1-8b or tiny)");
   }
   if (num_kv_heads != 0) {
     GQ_CHECK(num_kv_heads > 0 && c.num_qo_heads % num_kv_heads == 0, "--num-kv-heads: ", num_kv_heads,

@@ -1,4 +1,4 @@
-// Model shapes of a Llama-architecture decoder: presets (Llama-2-7B, Llama-3-8B, tiny test
+// Model shapes of a Llama-architecture decoder: presets (Llama-2-7B, Llama-3-8B, Llama-3.1-8B, tiny test
 // shapes), the num_kv_heads override, validation, byte counts for the memory-traffic floor and the
 // RoPE frequency table. Layer: engine (host-only).
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace gqattn::engine {
 
-// Llama-3's RoPE rescaling of the low frequencies ("rope_type": "llama3" in its config.json).
+// Llama-3.1's RoPE rescaling of the low frequencies ("rope_type": "llama3" in its config.json).
 struct RopeScaling {
   bool enabled = false;
   double factor = 8.0;
@@ -48,7 +48,7 @@ struct ModelConfig {
 // The preset names accepted by model_config(), for help texts and messages.
 const std::vector<std::string>& model_names();
 
-// A preset by name ("llama2-7b", "llama3-8b", "tiny"); num_kv_heads > 0 overrides the preset's.
+// A preset by name ("llama2-7b", "llama3-8b", "llama3.1-8b", "tiny"); num_kv_heads > 0 overrides the preset's.
 // Throws gqattn::Error naming `--model` or `--num-kv-heads` for an unknown name or a head count
 // that does not divide num_qo_heads.
 ModelConfig model_config(const std::string& name, int num_kv_heads = 0);
@@ -56,7 +56,7 @@ ModelConfig model_config(const std::string& name, int num_kv_heads = 0);
 // Throws gqattn::Error when a field is out of range (every message names the field).
 void validate(const ModelConfig& config);
 
-// RoPE inverse frequencies [head_dim / 2]: theta^(-2i / head_dim), rescaled for Llama-3.
+// RoPE inverse frequencies [head_dim / 2]: theta^(-2i / head_dim), rescaled for Llama-3.1.
 // Shared by the CPU and CUDA paths so both rotate by the same angles.
 std::vector<double> rope_inv_freq(const ModelConfig& config);
 

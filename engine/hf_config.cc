@@ -161,10 +161,10 @@ class Checker {
     const std::string type = string_field(r, type_key, "default", p);
     const RopeScaling& s = m_.rope_scaling;
     if (type != "default" && type != "llama3")
-      fail(p + type_key, quoted(type), "the engine implements only unscaled RoPE and Llama-3's \"llama3\" scaling");
+      fail(p + type_key, quoted(type), "the engine implements only unscaled RoPE and Llama-3.1's \"llama3\" scaling");
     if (type == "default" && s.enabled)
       fail(rope != nullptr ? p + type_key : field, rope != nullptr ? quoted(type) : "absent (unscaled RoPE)",
-           model_ + " computes Llama-3's \"llama3\" RoPE scaling (" + choose_ + ")");
+           model_ + " computes Llama-3.1's \"llama3\" RoPE scaling (" + choose_ + ")");
     if (type == "default") return;
     if (!s.enabled) fail(p + type_key, quoted(type), model_ + " computes unscaled RoPE (" + choose_ + ")");
     for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})

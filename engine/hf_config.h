@@ -21,7 +21,7 @@ struct HfConfig {
 // Reads the config.json at `path` and checks it against `config`: model_type "llama"; hidden_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size and
 // vocab_size equal; rms_norm_eps and rope_theta within a relative 1e-6; RoPE scaling (rope_scaling,
-// or transformers 5's rope_parameters) none or Llama-3's "llama3" as `config` has it, over the
+// or transformers 5's rope_parameters) none or Llama-3.1's "llama3" as `config` has it, over the
 // whole head (partial_rotary_factor 1); hidden_act "silu"; no attention or MLP bias;
 // max_position_embeddings at least config.max_position. An absent (or null) field takes
 // transformers' LlamaConfig default; unknown fields are ignored.

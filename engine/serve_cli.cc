@@ -44,7 +44,7 @@ Usage:
   gqattn-serve --help
 
 bench flags:
-  --model llama2-7b|llama3-8b|tiny   (default llama2-7b on a GPU, tiny on the CPU)
+  --model llama2-7b|llama3-8b|llama3.1-8b|tiny   (default llama2-7b on a GPU, tiny on the CPU)
   --requests N               (default 128; 4 on the CPU)
   --prompt-len N             prompt tokens per request (default 32; 8 on the CPU)
   --output-len N             generated tokens per request (default 992; 16 on the CPU)

@@ -24,6 +24,7 @@ TEST(ModelConfig, Llama2SevenBHasItsPublishedSize) {
 
 TEST(ModelConfig, Llama3EightBHasItsPublishedSize) {
   EXPECT_EQ(model_config("llama3-8b").num_params(), 8030261248);
+  EXPECT_EQ(model_config("llama3.1-8b").num_params(), 8030261248);
 }
 
 TEST(ModelConfig, RejectsUnknownModelsAndHeadCounts) {
@@ -41,11 +42,15 @@ TEST(ModelConfig, RopeFrequencies) {
   ASSERT_EQ(f.size(), 64u);
   EXPECT_DOUBLE_EQ(f[0], 1.0);
   EXPECT_NEAR(f[1], std::pow(10000.0, -2.0 / 128), 1e-15);
-  // Llama-3 keeps high frequencies and divides the lowest by the factor (8).
-  const ModelConfig l3 = model_config("llama3-8b");
-  const std::vector<double> g = rope_inv_freq(l3);
+  // Llama-3-8B: unscaled, theta 500000.
+  const std::vector<double> g = rope_inv_freq(model_config("llama3-8b"));
   EXPECT_DOUBLE_EQ(g[0], 1.0);
-  EXPECT_NEAR(g[63], std::pow(500000.0, -126.0 / 128) / 8, 1e-18);
+  EXPECT_NEAR(g[63], std::pow(500000.0, -126.0 / 128), 1e-18);
+  // Llama-3.1 keeps high frequencies and divides the lowest by the factor (8).
+  const std::vector<double> h = rope_inv_freq(model_config("llama3.1-8b"));
+  EXPECT_DOUBLE_EQ(h[0], 1.0);
+  EXPECT_EQ(h[1], g[1]);
+  EXPECT_NEAR(h[63], std::pow(500000.0, -126.0 / 128) / 8, 1e-18);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ Fields tiny_fields() {
           {"tie_word_embeddings", "false"}, {"torch_dtype", R"("bfloat16")"}, {"vocab_size", "512"}};
 }
 
-// Llama-3's rope_scaling (Llama-3.1's values unless given); original < 0 leaves that key out.
+// The llama3 rope_scaling (Llama-3.1's values unless given); original < 0 leaves that key out.
 std::string llama3_rope(double factor = 8, double low = 1, double high = 4, int original = 8192) {
   std::string s = R"({"rope_type": "llama3", "factor": )" + std::to_string(factor) + R"(, "low_freq_factor": )" +
                   std::to_string(low) + R"(, "high_freq_factor": )" + std::to_string(high);
@@ -53,6 +53,12 @@ Fields llama2_7b_fields() {
           {"num_hidden_layers", "32"}, {"num_key_value_heads", "32"}, {"pretraining_tp", "1"},
           {"rms_norm_eps", "1e-05"}, {"rope_scaling", "null"}, {"tie_word_embeddings", "false"},
           {"vocab_size", "32000"}};
+}
+Fields llama3_8b_fields() {
+  return {{"hidden_act", R"("silu")"}, {"hidden_size", "4096"}, {"intermediate_size", "14336"},
+          {"max_position_embeddings", "8192"}, {"model_type", R"("llama")"}, {"num_attention_heads", "32"},
+          {"num_hidden_layers", "32"}, {"num_key_value_heads", "8"}, {"rms_norm_eps", "1e-05"},
+          {"rope_theta", "500000.0"}, {"tie_word_embeddings", "false"}, {"vocab_size", "128256"}};
 }
 Fields llama31_8b_fields() {
   return {{"attention_bias", "false"}, {"hidden_act", R"("silu")"}, {"hidden_size", "4096"},
@@ -160,7 +166,7 @@ TEST_F(HfConfigTest, TiedEmbeddingsFollowTheConfig) {
 
 TEST_F(HfConfigTest, EachMismatchNamesTheField) {
   write_weights(false);
-  const std::string choose = "(--model picks the preset: llama2-7b, llama3-8b, tiny)";
+  const std::string choose = "(--model picks the preset: llama2-7b, llama3-8b, llama3.1-8b, tiny)";
   expect_rejected({{"model_type", R"("mistral")"}}, "config.json: model_type is \"mistral\", but the engine computes LlamaForCausalLM only");
   expect_rejected({{"hidden_size", "512"}}, "config.json: hidden_size is 512, but --model tiny has 256 " + choose);
   expect_rejected({{"hidden_size", R"("256")"}}, "config.json: hidden_size is not an integer");
@@ -179,7 +185,7 @@ TEST_F(HfConfigTest, EachMismatchNamesTheField) {
                   "rope_parameters.rope_theta is 500000, but --model tiny computes with 10000");
   expect_rejected({{"rope_parameters", ""}, {"rope_theta", "500000.0"}}, "config.json: rope_theta is 500000");
   expect_rejected({{"rope_parameters", ""}, {"rope_scaling", R"({"type": "linear", "factor": 2.0})"}},
-                  "rope_scaling.type is \"linear\", but the engine implements only unscaled RoPE and Llama-3's");
+                  "rope_scaling.type is \"linear\", but the engine implements only unscaled RoPE and Llama-3.1's");
   expect_rejected({{"rope_parameters", R"({"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0})"}},
                   "rope_parameters.rope_type is \"yarn\"");
   expect_rejected({{"rope_scaling", llama3_rope()}},
@@ -222,7 +228,7 @@ TEST_F(HfConfigTest, MalformedJsonNamesTheFile) {
   expect_throws_with([&] { load_weights(model_, dir_.string()); }, path + ": cannot read");
 }
 
-// The published configs match their presets; the Llama-3 preset computes Llama-3.1's RoPE.
+// The published configs match their presets: Llama-3-8B's RoPE unscaled, Llama-3.1-8B's rescaled.
 TEST_F(HfConfigTest, PublishedConfigsMatchTheirPresets) {
   const std::string path = (dir_ / "config.json").string();
   write_config(dir_, llama2_7b_fields());
@@ -233,33 +239,40 @@ TEST_F(HfConfigTest, PublishedConfigsMatchTheirPresets) {
                      "intermediate_size is 11008, but --model llama3-8b has 14336");
   EXPECT_FALSE(check_hf_config(model_config("llama2-7b"), path).tie_word_embeddings);
 
-  const ModelConfig l3 = model_config("llama3-8b");
+  // Meta-Llama-3-8B: no scaling; llama3.1-8b would rotate by other angles.
+  write_config(dir_, llama3_8b_fields());
+  EXPECT_NO_THROW(check_hf_config(model_config("llama3-8b"), path));
+  expect_throws_with([&] { check_hf_config(model_config("llama3.1-8b"), path); },
+                     "rope_scaling is absent (unscaled RoPE), but --model llama3.1-8b computes Llama-3.1's \"llama3\" RoPE scaling");
+  write_config(dir_, with(llama3_8b_fields(), {{"rope_scaling", "null"}}));
+  EXPECT_NO_THROW(check_hf_config(model_config("llama3-8b"), path));
+
+  const ModelConfig l31 = model_config("llama3.1-8b");
   write_config(dir_, llama31_8b_fields());
-  EXPECT_NO_THROW(check_hf_config(l3, path));
+  EXPECT_NO_THROW(check_hf_config(l31, path));
+  expect_throws_with([&] { check_hf_config(model_config("llama3-8b"), path); },
+                     "rope_scaling.rope_type is \"llama3\", but --model llama3-8b computes unscaled RoPE");
   // transformers 5 writes the same RoPE as rope_parameters.
   write_config(dir_, with(llama31_8b_fields(), {{"rope_theta", ""}, {"rope_scaling", ""},
                                                 {"rope_parameters", R"({"factor": 8.0, "low_freq_factor": 1.0,
                                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
                                                    "rope_theta": 500000.0, "rope_type": "llama3"})"}}));
-  EXPECT_NO_THROW(check_hf_config(l3, path));
+  EXPECT_NO_THROW(check_hf_config(l31, path));
   const auto rejects = [&](const Fields& changes, const std::string& needle) {
     write_config(dir_, with(llama31_8b_fields(), changes));
-    expect_throws_with([&] { check_hf_config(l3, path); }, needle);
+    expect_throws_with([&] { check_hf_config(l31, path); }, needle);
   };
-  // Meta-Llama-3-8B: no scaling.
-  rejects({{"rope_scaling", "null"}, {"max_position_embeddings", "8192"}},
-          "rope_scaling is absent (unscaled RoPE), but --model llama3-8b computes Llama-3's \"llama3\" RoPE scaling");
-  rejects({{"rope_scaling", R"({"rope_type": "default"})"}}, "rope_scaling.rope_type is \"default\", but --model llama3-8b");
-  rejects({{"rope_scaling", llama3_rope(4)}}, "rope_scaling.factor is 4, but --model llama3-8b computes with 8");
+  rejects({{"rope_scaling", R"({"rope_type": "default"})"}}, "rope_scaling.rope_type is \"default\", but --model llama3.1-8b");
+  rejects({{"rope_scaling", llama3_rope(4)}}, "rope_scaling.factor is 4, but --model llama3.1-8b computes with 8");
   rejects({{"rope_scaling", llama3_rope(8, 2)}}, "rope_scaling.low_freq_factor is 2");
   rejects({{"rope_scaling", llama3_rope(8, 1, 2)}}, "rope_scaling.high_freq_factor is 2");
   rejects({{"rope_scaling", llama3_rope(8, 1, 4, 4096)}},
-          "rope_scaling.original_max_position_embeddings is 4096, but --model llama3-8b has 8192");
+          "rope_scaling.original_max_position_embeddings is 4096, but --model llama3.1-8b has 8192");
   // Absent, the original length is max_position_embeddings (transformers 5).
   rejects({{"rope_scaling", llama3_rope(8, 1, 4, -1)}}, "rope_scaling.original_max_position_embeddings is 131072");
   rejects({{"rope_scaling", R"({"factor": 8.0, "high_freq_factor": 4.0, "rope_type": "llama3"})"}},
           "rope_scaling.low_freq_factor is missing");
-  rejects({{"rope_theta", "10000.0"}}, "rope_theta is 10000, but --model llama3-8b computes with 500000");
+  rejects({{"rope_theta", "10000.0"}}, "rope_theta is 10000, but --model llama3.1-8b computes with 500000");
 }
 
 TEST(Json, ParsesTheFormsAConfigUses) {
