@@ -11,10 +11,10 @@
 #         item 201): the GPU tests at hd 64 / 80 / 128 / 256 and the sanitizers, whose racecheck
 #         names both items' tests, and session 40's review fixes and GPU tests (gpu_check.sh build
 #         test sanitize, ~300 s)
-#   w200  item 200 (decode-stages-hd80-96): wip_check.sh at hd 80 / 96 / 112 on the head-dims decode
-#         sweep with its GPU tests; then, on main's binary, the wave rows
-#         (bench/sweeps/ab/decode_waves_hd128.csv: GQA-8 at 32-150 requests, where the unsplit plan
-#         ends in a partial wave) and ncu of hd80 MHA 16 x 8K (~380 s)
+#   l213  after items 200 (hd80 four stages) and 213 (decode splits a partial last wave) landed:
+#         final_gpu_run.sh land (full build, the decode table with peers, every test, sanitizers,
+#         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
+#         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 #   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
 #         in session 39) at hd256 with racecheck (~300 s)
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
@@ -30,14 +30,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|w200|w192|e188|land|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|l213|w192|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
 W192=("wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.StagedOutputKeyLimitHeadDim256")
-W200=("wip/decode-stages-hd80-96.patch@bench/sweeps/head_dims/decode.csv@2@")
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
 below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
   local s p
@@ -77,8 +76,8 @@ if [[ $step == check ]]; then
     [[ "$stacked" == *" $p "* ]] && continue
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
-  [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for w200) is missing"; status=1; }
-  for spec in "${W192[@]}" "${W200[@]}"; do  # patch@sweep@rounds@gtest-filter
+  [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for l213) is missing"; status=1; }
+  for spec in "${W192[@]}"; do  # patch@sweep@rounds@gtest-filter
     IFS=@ read -r patch sweep _ filter <<< "$spec"
     [[ -f $sweep ]] || { echo "device_plan check: $sweep (for $patch) is missing"; status=1; }
     # shellcheck disable=SC2046
@@ -152,13 +151,13 @@ case $step in
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
       scripts/gpu_check.sh build test sanitize
     ;;
-  w200)
+  l213)
     rc=0
-    LOG_DIR=$L WIP_HEAD_DIMS="80;96;112" WIP_SWEEP_DIMS="80;96;128" WIP_NO_PORTABLE=1 scripts/wip_check.sh "${W200[@]}" || rc=1
-    B=/tmp/wip-tree-main/build/gqattn-bench  # main's, hd 80 / 96 / 112 / 128
-    "$B" --device cuda --sweep "$WAVES" --iters 30 --csv "$L/waves.csv" > "$L/waves.log" 2>&1 || rc=1
-    tail -20 "$L/waves.log"
-    NCU_TIMEOUT=90 LOG_DIR=$L/ncu scripts/ncu_decode.sh $B "decode,bf16,32,32,80,16,16,1,8192,1"
+    LOG_DIR=$L scripts/final_gpu_run.sh land || rc=1
+    scripts/ab_sweep.sh build-gpu "$WAVES" "$L/waves" "split:" "nosplit:GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1"
+    python3 bench/compare.py "$L/waves/nosplit.csv" "$L/waves/split.csv" > "$L/waves/compare.txt" 2>&1
+    python3 bench/compare.py "$L/waves/split.csv" "$L/waves/split_again.csv" | tail -1 >> "$L/waves/compare.txt"
+    cat "$L/waves/compare.txt"
     exit $rc
     ;;
   w192)
@@ -190,7 +189,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, w200, w192, e188, land, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, l213, w192, e188, land, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -32,6 +32,14 @@ enum class Family { kDecode = 0, kPrefill = 1, kDecodeWide = 2, kPrefillSm90 = 3
 template <Family F, int HeadDim>
 struct AttnConfig;
 
+// The decode and decode_mid families' cp.async stages: three leave room for two CTAs an SM at
+// head_dim 128 (2 x 2 x 32 KB of K/V in flight an SM while each computes a tile). Rows of 80
+// elements take four, still two CTAs an SM, 2 x 3 x 20 KB in flight: with three, hd80 decode ran
+// three CTAs an SM of 2 x 20 KB (396 slots: 512 items took two waves) and decode_mid two (170
+// registers). Measured (perf-notes item 213): hd80 1.04-1.34x; hd96 with four 0.97-1.01x, so it
+// keeps three; hd112 has no room for a fourth (124 KB: one CTA).
+constexpr int decode_stages(int head_dim) { return head_dim == 80 ? 4 : 3; }
+
 template <int HeadDim>
 struct AttnConfig<Family::kDecode, HeadDim> {
   static constexpr int kWarpsM = 1;
@@ -47,7 +55,7 @@ struct AttnConfig<Family::kDecode, HeadDim> {
   // Three stages leave room for two CTAs per SM: while one waits at its barrier or computes, the
   // other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA per SM,
   // 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
-  static constexpr int kStages = 3;
+  static constexpr int kStages = decode_stages(HeadDim);
 };
 
 // decode_mid exists up to this head dim. Above it two row tiles do not fit the registers and two
@@ -62,7 +70,7 @@ struct AttnConfig<Family::kDecodeMid, HeadDim> {
   static constexpr int kMTiles = 2;
   static constexpr int kWarpsKV = 4;
   static constexpr int kKVTile = 64;
-  static constexpr int kStages = 3;  // two CTAs per SM
+  static constexpr int kStages = decode_stages(HeadDim);  // two CTAs per SM
 };
 
 // decode_many exists for this head dim only (measured there: perf-notes items 85, 86).
