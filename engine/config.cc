@@ -2,6 +2,7 @@
 // Layer: engine (host-only).
 #include "config.h"
 
+#include <climits>
 #include <cmath>
 
 #include "gqattn/error.h"
@@ -11,6 +12,8 @@ namespace gqattn::engine {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
+// q_size() at most this, so that qkv_size() (at most 3 x q_size()) fits an int.
+constexpr int64_t kMaxQSize = INT_MAX / 3;
 
 ModelConfig llama2_7b() {
   ModelConfig c;
@@ -122,11 +125,20 @@ void validate(const ModelConfig& c) {
   GQ_CHECK(c.num_kv_heads > 0 && c.num_qo_heads % c.num_kv_heads == 0, "num_kv_heads (",
            c.num_kv_heads, ") must divide num_qo_heads (", c.num_qo_heads, ")");
   GQ_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim (", c.head_dim, ") must be even and > 0");
+  GQ_CHECK(int64_t(c.num_qo_heads) * c.head_dim <= kMaxQSize, "num_qo_heads x head_dim (", c.num_qo_heads, " x ",
+           c.head_dim, ") must be at most ", kMaxQSize);
   GQ_CHECK(c.intermediate_size > 0, "intermediate_size (", c.intermediate_size, ") must be > 0");
   GQ_CHECK(c.vocab_size > 0, "vocab_size (", c.vocab_size, ") must be > 0");
   GQ_CHECK(c.rope_theta > 0, "rope_theta (", c.rope_theta, ") must be > 0");
   GQ_CHECK(c.rms_norm_eps > 0, "rms_norm_eps (", c.rms_norm_eps, ") must be > 0");
   GQ_CHECK(c.max_position > 0, "max_position (", c.max_position, ") must be > 0");
+  if (!c.rope_scaling.enabled) return;
+  const RopeScaling& s = c.rope_scaling;
+  GQ_CHECK(s.factor > 0, "rope_scaling factor (", s.factor, ") must be > 0");
+  GQ_CHECK(s.low_freq_factor > 0 && s.low_freq_factor < s.high_freq_factor, "rope_scaling low_freq_factor (",
+           s.low_freq_factor, ") must be > 0 and below high_freq_factor (", s.high_freq_factor, ")");
+  GQ_CHECK(s.original_max_position > 0, "rope_scaling original_max_position (", s.original_max_position,
+           ") must be > 0");
 }
 
 std::vector<double> rope_inv_freq(const ModelConfig& c) {

@@ -1,6 +1,6 @@
 // Model shapes of a Llama-architecture decoder: presets (Llama-2-7B, Llama-3-8B, Llama-3.1-8B, tiny test
-// shapes), the num_kv_heads override, validation, byte counts for the memory-traffic floor and the
-// RoPE frequency table. Layer: engine (host-only).
+// shapes; hf_config.h reads one from a checkpoint's config.json), the num_kv_heads override, validation,
+// byte counts for the memory-traffic floor and the RoPE frequency table. Layer: engine (host-only).
 #pragma once
 
 #include <cstdint>

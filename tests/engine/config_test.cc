@@ -34,6 +34,15 @@ TEST(ModelConfig, RejectsUnknownModelsAndHeadCounts) {
   ModelConfig c = model_config("tiny");
   c.head_dim = 7;
   EXPECT_THROW(validate(c), Error);
+  // Llama-3.1's RoPE scaling: a factor > 0 and low_freq_factor below high_freq_factor.
+  ModelConfig scaled = model_config("llama3.1-8b");
+  scaled.rope_scaling.factor = 0;
+  EXPECT_THROW(validate(scaled), Error);
+  scaled = model_config("llama3.1-8b");
+  scaled.rope_scaling.high_freq_factor = scaled.rope_scaling.low_freq_factor;
+  EXPECT_THROW(validate(scaled), Error);
+  scaled.rope_scaling.enabled = false;  // the factors of an unscaled RoPE are not used
+  EXPECT_NO_THROW(validate(scaled));
 }
 
 TEST(ModelConfig, RopeFrequencies) {

@@ -1,7 +1,10 @@
 // A checkpoint's config.json against the engine's model: the tiny checkpoint loads beside a
 // config.json that matches (as transformers 4.x and 5.x write it) or none; every field the engine
 // computes differently fails naming it, its value and the engine's, before any tensor is read;
-// Llama-2-7B's and Llama-3.1-8B's published configs match their presets. Layer: tests (label cpu).
+// Llama-2-7B's and Llama-3.1-8B's published configs match their presets. Read without a preset,
+// config.json gives the model: the published ones read as their presets, absent fields as
+// LlamaConfig's defaults, and what the engine does not compute fails the same way.
+// Layer: tests (label cpu).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -273,6 +276,126 @@ TEST_F(HfConfigTest, PublishedConfigsMatchTheirPresets) {
   rejects({{"rope_scaling", R"({"factor": 8.0, "high_freq_factor": 4.0, "rope_type": "llama3"})"}},
           "rope_scaling.low_freq_factor is missing");
   rejects({{"rope_theta", "10000.0"}}, "rope_theta is 10000, but --model llama3.1-8b computes with 500000");
+}
+
+// Every field of `read` but the name and max_position is the preset's.
+void expect_preset_model(const ModelConfig& read, const ModelConfig& preset) {
+  EXPECT_EQ(read.hidden_size, preset.hidden_size);
+  EXPECT_EQ(read.num_layers, preset.num_layers);
+  EXPECT_EQ(read.num_qo_heads, preset.num_qo_heads);
+  EXPECT_EQ(read.num_kv_heads, preset.num_kv_heads);
+  EXPECT_EQ(read.head_dim, preset.head_dim);
+  EXPECT_EQ(read.intermediate_size, preset.intermediate_size);
+  EXPECT_EQ(read.vocab_size, preset.vocab_size);
+  EXPECT_EQ(read.rope_theta, preset.rope_theta);
+  EXPECT_EQ(read.rms_norm_eps, preset.rms_norm_eps);
+  EXPECT_EQ(read.rope_scaling.enabled, preset.rope_scaling.enabled);
+  EXPECT_EQ(read.rope_scaling.factor, preset.rope_scaling.factor);
+  EXPECT_EQ(read.rope_scaling.low_freq_factor, preset.rope_scaling.low_freq_factor);
+  EXPECT_EQ(read.rope_scaling.high_freq_factor, preset.rope_scaling.high_freq_factor);
+  EXPECT_EQ(read.rope_scaling.original_max_position, preset.rope_scaling.original_max_position);
+  EXPECT_EQ(rope_inv_freq(read), rope_inv_freq(preset));
+}
+
+// The published configs read as their presets; max_position is max_position_embeddings, the name
+// the checkpoint directory's; read, then checked against itself, a config passes.
+TEST_F(HfConfigTest, PublishedConfigsReadAsTheirPresets) {
+  const std::string path = (dir_ / "config.json").string();
+  const struct {
+    Fields fields;
+    const char* preset;
+    int max_position;
+  } published[] = {{llama2_7b_fields(), "llama2-7b", 4096},
+                   {llama3_8b_fields(), "llama3-8b", 8192},
+                   {llama31_8b_fields(), "llama3.1-8b", 131072}};
+  for (const auto& p : published) {
+    SCOPED_TRACE(p.preset);
+    write_config(dir_, p.fields);
+    const HfConfig hf = read_hf_config(path);
+    expect_preset_model(hf.model, model_config(p.preset));
+    EXPECT_EQ(hf.model.name, dir_.filename().string());
+    EXPECT_EQ(hf.model.max_position, p.max_position);
+    EXPECT_FALSE(hf.tie_word_embeddings);
+    EXPECT_NO_THROW(check_hf_config(hf.model, path));
+  }
+  // transformers 5's rope_parameters: the same model, the keys it came from remembered.
+  write_config(dir_, with(llama31_8b_fields(), {{"rope_theta", ""}, {"rope_scaling", ""},
+                                                {"rope_parameters", R"({"factor": 8.0, "low_freq_factor": 1.0,
+                                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                                                   "rope_theta": 500000.0, "rope_type": "llama3"})"}}));
+  const HfConfig hf = read_hf_config(path);
+  expect_preset_model(hf.model, model_config("llama3.1-8b"));
+  EXPECT_EQ(hf.rope_theta_key, "rope_parameters.rope_theta");
+  EXPECT_EQ(hf.rope_key, "rope_parameters");
+  EXPECT_EQ(hf.rope_type_key, "rope_parameters.rope_type");
+  EXPECT_NO_THROW(check_hf_config(hf.model, path));
+  // The name of the directory holding config.json, whichever way the path is spelled.
+  EXPECT_EQ(read_hf_config((dir_ / "." / "config.json").string()).model.name, dir_.filename().string());
+}
+
+TEST_F(HfConfigTest, AbsentFieldsReadAsLlamaConfigDefaults) {
+  const std::string path = (dir_ / "config.json").string();
+  write_config(dir_, {});
+  const HfConfig hf = read_hf_config(path);
+  ModelConfig defaults = model_config("llama2-7b");  // LlamaConfig's shapes, but eps 1e-6
+  defaults.rms_norm_eps = 1e-6;
+  expect_preset_model(hf.model, defaults);
+  EXPECT_EQ(hf.model.max_position, 2048);
+  EXPECT_FALSE(hf.tie_word_embeddings);
+  EXPECT_EQ(hf.rope_theta_key, "rope_theta");
+  EXPECT_EQ(hf.rope_type_key, "");  // no RoPE object
+  // num_key_value_heads: num_attention_heads; head_dim: hidden_size / num_attention_heads; the
+  // llama3 original length: max_position_embeddings (transformers 5).
+  write_config(dir_, with(tiny_fields(), {{"num_key_value_heads", "null"}, {"head_dim", ""}, {"tie_word_embeddings", "true"},
+                                          {"rope_parameters", llama3_rope(8, 1, 4, -1)}}));
+  const ModelConfig m = read_hf_config(path).model;
+  EXPECT_EQ(m.num_kv_heads, 4);
+  EXPECT_EQ(m.head_dim, 64);
+  EXPECT_TRUE(m.rope_scaling.enabled);
+  EXPECT_EQ(m.rope_scaling.original_max_position, 2048);
+  EXPECT_TRUE(read_hf_config(path).tie_word_embeddings);
+}
+
+// Without a preset to compare with, what the engine does not compute still fails naming the field,
+// and so does a model validate() rejects.
+TEST_F(HfConfigTest, ReadingRejectsWhatTheEngineDoesNotCompute) {
+  const std::string path = (dir_ / "config.json").string();
+  const auto rejects = [&](const Fields& changes, const std::string& needle) {
+    write_config(dir_, with(tiny_fields(), changes));
+    expect_throws_with([&] { read_hf_config(path); }, "--weights: " + path + ": " + needle);
+  };
+  rejects({{"model_type", R"("mistral")"}}, "model_type is \"mistral\", but the engine computes LlamaForCausalLM only");
+  rejects({{"hidden_act", R"("gelu")"}}, "hidden_act is \"gelu\", but the engine's MLP computes silu only");
+  rejects({{"attention_bias", "true"}}, "attention_bias is true, but the engine's projections have no bias");
+  rejects({{"mlp_bias", "true"}}, "mlp_bias is true");
+  rejects({{"partial_rotary_factor", "0.5"}}, "partial_rotary_factor is 0.5, but the engine rotates the whole head");
+  rejects({{"rope_parameters", R"({"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0})"}},
+          "rope_parameters.rope_type is \"yarn\", but the engine implements only unscaled RoPE and Llama-3.1's");
+  rejects({{"rope_parameters", ""}, {"rope_scaling", R"({"type": "linear", "factor": 2.0})"}}, "rope_scaling.type is \"linear\"");
+  rejects({{"rope_parameters", R"({"factor": 8.0, "low_freq_factor": 1.0, "rope_type": "llama3"})"}},
+          "rope_parameters.high_freq_factor is missing (\"llama3\" needs it)");
+  rejects({{"rope_parameters", "[]"}}, "rope_parameters is not an object");
+  rejects({{"vocab_size", "512.5"}}, "vocab_size is not an integer");
+  rejects({{"hidden_size", "4294967552"}}, "hidden_size is 4294967552, but the engine holds it in 32 bits");
+  rejects({{"num_key_value_heads", "3"}}, "num_kv_heads (3) must divide num_qo_heads (4)");
+  rejects({{"head_dim", "0"}}, "head_dim (0) must be even and > 0");
+  rejects({{"head_dim", "1073741824"}}, "num_qo_heads x head_dim (4 x 1073741824) must be at most 715827882");
+  rejects({{"rope_parameters", llama3_rope(8, 4, 1)}}, "rope_scaling low_freq_factor (4) must be > 0 and below high_freq_factor (1)");
+}
+
+// A model read from config.json loads that checkpoint (checking config.json against itself) and serves.
+TEST_F(HfConfigTest, ModelFromConfigLoadsAndServes) {
+  write_weights(false);
+  write_config(dir_, with(tiny_fields(), {{"rope_parameters", llama3_rope()}, {"rope_theta", "500000.0"},
+                                          {"max_position_embeddings", "131072"}}));
+  const ModelConfig m = read_hf_config((dir_ / "config.json").string()).model;
+  EXPECT_TRUE(m.rope_scaling.enabled);
+  const HostWeights expected = random_host_weights(model_, test::kSeed);
+  EXPECT_EQ(load_weights(m, dir_.string()).at("lm_head.weight"), expected.at("lm_head.weight"));
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.model = m;
+  rc.weights.path = dir_.string();
+  EXPECT_NO_THROW(test::make_runner(rc));
 }
 
 TEST(Json, ParsesTheFormsAConfigUses) {
