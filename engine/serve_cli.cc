@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "gqattn/attention.h"
 #include "gqattn/error.h"
+#include "hf_config.h"
 #include "random.h"
 
 namespace gqattn::engine {
@@ -44,7 +45,8 @@ Usage:
   gqattn-serve --help
 
 bench flags:
-  --model llama2-7b|llama3-8b|llama3.1-8b|tiny   (default llama2-7b on a GPU, tiny on the CPU)
+  --model llama2-7b|llama3-8b|llama3.1-8b|tiny   (default: the --weights config.json's model, else
+                             llama2-7b on a GPU, tiny on the CPU)
   --requests N               (default 128; 4 on the CPU)
   --prompt-len N             prompt tokens per request (default 32; 8 on the CPU)
   --output-len N             generated tokens per request (default 992; 16 on the CPU)
@@ -55,7 +57,7 @@ bench flags:
   --max-num-seqs N           running requests at most (default: --requests)
   --max-num-batched-tokens N tokens per step (default max(8192, max-num-seqs))
 generate flags:
-  --model NAME               (default tiny)
+  --model NAME               (default: the --weights config.json's model, else tiny)
   --prompt 1,2,3             prompt token ids (required)
   --max-new-tokens N         (default 16)
   --temperature X --top-k N --top-p X   sampling (default greedy; top-k <= 0 and top-p 1 are off)
@@ -65,8 +67,9 @@ common flags:
   --attention gqattn|expand  attention backend (default gqattn)
   --seed N                   weights, prompts and sampling (default 0)
   --weights PATH             a safetensors file or directory in the Hugging Face Llama layout;
-                             a config.json there must match --model and --num-kv-heads
-                             (default: random bf16 weights)
+                             a config.json there gives the model when --model is not given
+                             (then without --num-kv-heads), else must match --model and
+                             --num-kv-heads (default: random bf16 weights)
   --page-size N              tokens per K/V page (default 16)
   --cuda-graph 0|1           capture decode steps in CUDA graphs (default 1)
   --prefix-caching 0|1       share cached pages of identical prompt prefixes (default 0)
@@ -122,6 +125,19 @@ std::vector<int32_t> parse_token_list(const std::string& flag, const std::string
   while (std::getline(is, item, ',')) out.push_back(int32_t(parse_int64(flag, item, 0, INT32_MAX)));
   if (out.empty()) throw UsageError{flag + ": expected comma-separated token ids, got '" + value + "'"};
   return out;
+}
+
+// No --model, and --weights has a config.json: the model is the one it describes.
+bool model_from_config_json(const Options& opt) {
+  return opt.model.empty() && !opt.weights.empty() && !hf_config_path(opt.weights).empty();
+}
+
+// The model served: --model's preset, else config.json's (model_from_config_json), else the
+// preset `fallback`, which opt.model is then set to (empty when the model is config.json's).
+ModelConfig choose_model(Options& opt, const std::string& fallback) {
+  if (model_from_config_json(opt)) return read_hf_config(hf_config_path(opt.weights)).model;
+  if (opt.model.empty()) opt.model = fallback;
+  return model_config(opt.model, opt.num_kv_heads);
 }
 
 Options parse_args(int argc, char** argv) {
@@ -187,6 +203,10 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (opt.command == "generate" && opt.prompt.empty()) throw UsageError{"--prompt: missing (e.g. --prompt 1,2,3)"};
+  if (opt.num_kv_heads != 0 && model_from_config_json(opt))
+    throw UsageError{"--num-kv-heads: the model is --weights' " + hf_config_path(opt.weights) +
+                     " (no --model given), whose num_key_value_heads are its K/V heads; --num-kv-heads "
+                     "overrides a --model preset's only"};
   return opt;
 }
 
@@ -197,9 +217,11 @@ std::string resolve_device(const std::string& device) {
 }
 
 RunnerConfig runner_config(const Options& opt, const ModelConfig& model, const std::string& device) {
-  if (device == "cpu")
-    GQ_CHECK(model.num_params() <= kCpuMaxParams, "--model ", model.name, ": ", double(model.num_params()) / 1e9,
+  if (device == "cpu") {
+    const std::string source = opt.model.empty() ? "--weights " + opt.weights : "--model " + opt.model;
+    GQ_CHECK(model.num_params() <= kCpuMaxParams, source, ": ", double(model.num_params()) / 1e9,
              "B parameters are too many for the CPU path (plain loops); use --model tiny or --device cuda");
+  }
   RunnerConfig rc;
   rc.model = model;
   rc.weights.seed = opt.seed;
@@ -330,7 +352,7 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
 int bench(const Options& given) {
   Options opt = given;
   const std::string device = resolve_device(opt.device);
-  if (opt.model.empty()) opt.model = device == "cpu" ? "tiny" : "llama2-7b";
+  const ModelConfig model = choose_model(opt, device == "cpu" ? "tiny" : "llama2-7b");
   // On the CPU each size not given takes its CPU default (one given flag keeps the others small).
   if (device == "cpu" && !(opt.requests_given && opt.prompt_len_given && opt.output_len_given)) {
     if (!opt.requests_given) opt.requests = kCpuRequests;
@@ -338,9 +360,8 @@ int bench(const Options& given) {
     if (!opt.output_len_given) opt.output_len = kCpuOutputLen;
     std::printf("no GPU in use: running the %s model on the CPU at a small size (%d requests x (%d + %d) tokens); "
                 "pass --requests/--prompt-len/--output-len to change it\n",
-                opt.model.c_str(), opt.requests, opt.prompt_len, opt.output_len);
+                model.name.c_str(), opt.requests, opt.prompt_len, opt.output_len);
   }
-  const ModelConfig model = model_config(opt.model, opt.num_kv_heads);
   std::string status = "ok";
   BenchResult r;
   try {
@@ -379,8 +400,7 @@ int bench(const Options& given) {
 int generate(const Options& given) {
   Options opt = given;
   const std::string device = resolve_device(opt.device);
-  if (opt.model.empty()) opt.model = "tiny";
-  const ModelConfig model = model_config(opt.model, opt.num_kv_heads);
+  const ModelConfig model = choose_model(opt, "tiny");
   RunnerConfig rc = runner_config(opt, model, device);
   rc.max_num_seqs = 1;
   rc.max_num_batched_tokens = std::max(kDefaultBatchedTokens, int(opt.prompt.size()));
