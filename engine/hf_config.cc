@@ -44,11 +44,21 @@ std::string quoted(const std::string& s) { return "\"" + s + "\""; }
   throw Error("--weights: " + path + ": " + field + " is " + value + ", but " + engine);
 }
 
-// The name of the directory holding config.json: "Llama-3.1-8B" for .../Llama-3.1-8B/config.json.
+// The name of the directory holding config.json: "Llama-3.1-8B" for .../Llama-3.1-8B/config.json;
+// in the Hugging Face cache (.../models--meta-llama--Llama-3.1-8B/snapshots/<commit>/config.json),
+// the repository: "meta-llama/Llama-3.1-8B".
 std::string checkpoint_name(const std::string& path) {
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec);
   const fs::path dir = (ec ? fs::path(path) : absolute).lexically_normal().parent_path();
+  const std::string cached = dir.parent_path().parent_path().filename().string();
+  const std::string prefix = "models--";
+  if (dir.parent_path().filename() == "snapshots" && cached.size() > prefix.size() && cached.rfind(prefix, 0) == 0) {
+    std::string repo = cached.substr(prefix.size());
+    const size_t sep = repo.find("--");
+    if (sep != std::string::npos) repo.replace(sep, 2, "/");
+    return repo;
+  }
   const std::string name = dir.filename().string();
   return name.empty() ? dir.string() : name;
 }

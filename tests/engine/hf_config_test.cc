@@ -331,6 +331,11 @@ TEST_F(HfConfigTest, PublishedConfigsReadAsTheirPresets) {
   EXPECT_NO_THROW(check_hf_config(hf.model, path));
   // The name of the directory holding config.json, whichever way the path is spelled.
   EXPECT_EQ(read_hf_config((dir_ / "." / "config.json").string()).model.name, dir_.filename().string());
+  // In the Hugging Face cache the name is the repository's, not the snapshot's commit.
+  const fs::path snapshot = dir_ / "models--meta-llama--Llama-3.1-8B" / "snapshots" / "0e9e39f249a16976918f6564b8830bc894c89659";
+  fs::create_directories(snapshot);
+  write_config(snapshot, tiny_fields());
+  EXPECT_EQ(read_hf_config((snapshot / "config.json").string()).model.name, "meta-llama/Llama-3.1-8B");
 }
 
 TEST_F(HfConfigTest, AbsentFieldsReadAsLlamaConfigDefaults) {
