@@ -11,6 +11,8 @@
 #         item 201): the GPU tests at hd 64 / 80 / 128 / 256 and the sanitizers, whose racecheck
 #         names both items' tests, and session 40's review fixes and GPU tests (gpu_check.sh build
 #         test sanitize, ~300 s)
+#   t213  the short form of l213 for a tight budget: the v201 build, ctest and sanitizers, then the
+#         wave rows' A/B (~300 s); `land` later for the table
 #   l213  after items 200 (hd80 four stages) and 213 (decode splits a partial last wave) landed:
 #         final_gpu_run.sh land (full build, the decode table with peers, every test, sanitizers,
 #         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
@@ -30,7 +32,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|l213|w192|e188|land|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|e188|land|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -151,9 +153,14 @@ case $step in
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
       scripts/gpu_check.sh build test sanitize
     ;;
-  l213)
+  l213|t213)
     rc=0
-    LOG_DIR=$L scripts/final_gpu_run.sh land || rc=1
+    if [[ $step == l213 ]]; then
+      LOG_DIR=$L scripts/final_gpu_run.sh land || rc=1
+    else
+      GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
+        scripts/gpu_check.sh build test sanitize || rc=1
+    fi
     scripts/ab_sweep.sh build-gpu "$WAVES" "$L/waves" "split:" "nosplit:GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1"
     python3 bench/compare.py "$L/waves/nosplit.csv" "$L/waves/split.csv" > "$L/waves/compare.txt" 2>&1
     python3 bench/compare.py "$L/waves/split.csv" "$L/waves/split_again.csv" | tail -1 >> "$L/waves/compare.txt"
@@ -189,7 +196,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, l213, w192, e188, land, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, e188, land, flexd, flexp, check)"
     exit 2
     ;;
 esac
