@@ -11,9 +11,10 @@
 #         item 201): the GPU tests at hd 64 / 80 / 128 / 256 and the sanitizers, whose racecheck
 #         names both items' tests, and session 40's review fixes and GPU tests (gpu_check.sh build
 #         test sanitize, ~300 s)
-#   t213  the short form of l213 for a tight budget: the v201 build, ctest and sanitizers, then the
-#         wave rows' A/B (~300 s); `land` later for the table
-#   l213  after items 200 (hd80 four stages) and 213 (decode splits a partial last wave) landed:
+#   t213  item 213 (wip/decode-partial-wave-split.patch: decode splits a partial last wave) on a
+#         copy of this tree: the v201 build, ctest and sanitizers, then the wave rows' A/B (~300 s);
+#         land it if green and the A/B gains, then `land` for the table
+#   l213  after items 200 (hd80 four stages) and 213 landed:
 #         final_gpu_run.sh land (full build, the decode table with peers, every test, sanitizers,
 #         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
@@ -158,6 +159,8 @@ case $step in
     if [[ $step == l213 ]]; then
       LOG_DIR=$L scripts/final_gpu_run.sh land || rc=1
     else
+      tree_with /tmp/dp-t213 wip/decode-partial-wave-split.patch || exit 1
+      cd /tmp/dp-t213
       GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
         scripts/gpu_check.sh build test sanitize || rc=1
     fi
