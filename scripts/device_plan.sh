@@ -13,7 +13,8 @@
 #         test sanitize, ~300 s)
 #   t213  item 213 (wip/decode-partial-wave-split.patch: decode splits a partial last wave) on a
 #         copy of this tree: the v201 build, ctest and sanitizers, then the wave rows' A/B (~300 s);
-#         land it if green and the A/B gains, then `land` for the table
+#         land it if green and the A/B gains, then `land` for the table (T213_STAGES="build test":
+#         without the sanitizers, ~220 s)
 #   l213  after items 200 (hd80 four stages) and 213 landed:
 #         final_gpu_run.sh land (full build, the decode table with peers, every test, sanitizers,
 #         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
@@ -162,7 +163,7 @@ case $step in
       tree_with /tmp/dp-t213 wip/decode-partial-wave-split.patch || exit 1
       cd /tmp/dp-t213
       GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
-        scripts/gpu_check.sh build test sanitize || rc=1
+        scripts/gpu_check.sh ${T213_STAGES:-build test sanitize} || rc=1
     fi
     scripts/ab_sweep.sh build-gpu "$WAVES" "$L/waves" "split:" "nosplit:GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1"
     python3 bench/compare.py "$L/waves/nosplit.csv" "$L/waves/split.csv" > "$L/waves/compare.txt" 2>&1
