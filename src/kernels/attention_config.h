@@ -36,7 +36,7 @@ struct AttnConfig;
 // head_dim 128 (2 x 2 x 32 KB of K/V in flight an SM while each computes a tile). Rows of 80
 // elements take four, still two CTAs an SM, 2 x 3 x 20 KB in flight: with three, hd80 decode ran
 // three CTAs an SM of 2 x 20 KB (396 slots: 512 items took two waves) and decode_mid two (170
-// registers). Measured (perf-notes item 213): hd80 1.04-1.34x; hd96 with four 0.97-1.01x, so it
+// registers). Measured (perf-notes item 200, session 42): hd80 1.04-1.34x; hd96 with four 0.97-1.01x, so it
 // keeps three; hd112 has no room for a fourth (124 KB: one CTA).
 constexpr int decode_stages(int head_dim) { return head_dim == 80 ? 4 : 3; }
 
@@ -52,9 +52,9 @@ struct AttnConfig<Family::kDecode, HeadDim> {
   // own half of V's columns, so an SM's two CTAs run two warps a scheduler, not one (two warps of
   // 256 columns issued every 2.6 cycles from a single warp: perf-notes item 101).
   static constexpr int kWarpsN = HeadDim <= 128 ? 1 : 2;
-  // Three stages leave room for two CTAs per SM: while one waits at its barrier or computes, the
-  // other keeps issuing. Measured on the H200: 3.56 TB/s with 6 stages and one CTA per SM,
-  // 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
+  // Stages that leave room for two CTAs per SM (decode_stages): while one waits at its barrier or
+  // computes, the other keeps issuing. Measured on the H200 at hd128: 3.56 TB/s with 6 stages and
+  // one CTA per SM, 4.46 TB/s with 3 stages and two (docs/perf-notes.md, "decode: CTAs per SM").
   static constexpr int kStages = decode_stages(HeadDim);
 };
 
