@@ -28,6 +28,7 @@ struct BenchCase {
   bool causal = true;
   KVLayout layout = KVLayout::kNHD;
   int max_num_splits = 0;  // the plan's cap on split-KV chunks (0: the planner's choice), not a CSV column
+  int fixed_split_size = 0;  // the plan's split-KV chunk in keys (--kv-chunk; 0: the planner's), not a CSV column
   int settle_ms = 0;       // GPU: host sleep before the timed runs (--settle-ms), not a CSV column
   bool cuda_graph = false;  // plan as for a replayed CUDA graph (--cuda-graph), not a CSV column
 };

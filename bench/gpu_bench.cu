@@ -236,6 +236,7 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
   in.page_size = paged ? c.page_size : 0;
   in.causal = c.causal;
   in.max_num_splits = c.max_num_splits;
+  in.fixed_split_size = c.fixed_split_size;
   // --cuda-graph: the plan the engine's captured decode steps make (a fixed grid, kernels chosen
   // from the batch alone, the merge only where this plan splits).
   in.enable_cuda_graph = c.cuda_graph;

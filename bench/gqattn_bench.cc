@@ -54,6 +54,9 @@ head_dim 128) with 32, 8 and 1 KV heads, decode and prefill; on the GPU at batch
   --csv PATH                   also write the results as CSV (BENCHMARKS.md columns)
   --max-splits N               cap on split-KV chunks per request (0: the planner's choice,
                                1: no split), for A/B runs of the split heuristic (default 0)
+  --kv-chunk N                 split-KV in chunks of N keys (rounded up to the kernel's key
+                               tile: PlanInputs::fixed_split_size), splits the planner would not
+                               choose too; 0: the planner's choice (default); not with --max-splits
   --settle-ms N                GPU: the host sleeps N ms before each case's timed runs, so that
                                the card's power average (and its SM clock) recovers from the
                                rows before it, as between the peers' Python-timed rows (default 0)
@@ -90,6 +93,7 @@ struct Options {
   std::string csv;
   int iters = 0;  // 0: the device's default
   int max_splits = 0;
+  int kv_chunk = 0;
   int settle_ms = 0;
   bool cuda_graph = false;
   bool iters_given = false;
@@ -129,7 +133,7 @@ Options parse_args(int argc, char** argv) {
       continue;
     }
     static const std::vector<std::string> kValueFlags = {
-        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--settle-ms", "--cuda-graph",
+        "--device", "--family", "--sweep", "--csv", "--iters", "--max-splits", "--kv-chunk", "--settle-ms", "--cuda-graph",
         "--dtype", "--num-qo-heads", "--num-kv-heads", "--head-dim", "--page-size", "--batch", "--qo-len",
         "--kv-len", "--causal", "--layout"};
     if (std::find(kValueFlags.begin(), kValueFlags.end(), flag) == kValueFlags.end())
@@ -145,6 +149,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--csv") opt.csv = value;
     else if (flag == "--iters") { opt.iters = parse_int(flag, value); opt.iters_given = true; }
     else if (flag == "--max-splits") opt.max_splits = parse_int(flag, value);
+    else if (flag == "--kv-chunk") opt.kv_chunk = parse_int(flag, value);
     else if (flag == "--settle-ms") opt.settle_ms = parse_int(flag, value);
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
     else {
@@ -162,6 +167,8 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (opt.max_splits < 0) throw UsageError{"--max-splits: must be >= 0, got " + std::to_string(opt.max_splits)};
+  if (opt.kv_chunk < 0) throw UsageError{"--kv-chunk: must be >= 0, got " + std::to_string(opt.kv_chunk)};
+  if (opt.kv_chunk > 0 && opt.max_splits > 0) throw UsageError{"--kv-chunk: cannot be combined with --max-splits"};
   if (opt.settle_ms < 0) throw UsageError{"--settle-ms: must be >= 0, got " + std::to_string(opt.settle_ms)};
   if (opt.iters_given && opt.iters < 1)
     throw UsageError{"--iters: must be >= 1, got " + std::to_string(opt.iters)};
@@ -278,6 +285,7 @@ PlanInputs plan_inputs_for(const BenchCase& c, Device device) {
   in.causal = c.causal;
   in.qo_len = c.qo_len;
   in.max_num_splits = c.max_num_splits;
+  in.fixed_split_size = c.fixed_split_size;
   in.kv_indptr.push_back(0);
   if (!is_decode(c)) in.qo_indptr.push_back(0);
   for (int b = 0; b < c.batch; ++b) {
@@ -511,6 +519,7 @@ int run(const Options& opt) {
   }
   for (BenchCase& c : cases) {
     c.max_num_splits = opt.max_splits;
+    c.fixed_split_size = opt.kv_chunk;
     c.settle_ms = opt.settle_ms;
     c.cuda_graph = opt.cuda_graph;
   }

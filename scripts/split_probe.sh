@@ -4,6 +4,8 @@
 # each cap a process of its own (the same rows in the same order), then `compare.py` of each cap
 # against the planner's run (a ratio > 1: the cap was faster, so the planner split too much).
 # The runs' logs name every row's plan (chunk, items). Costs about 15 s a cap for 17 rows.
+# SPLIT_PROBE_CHUNKS (default "128 256"): fixed chunks of that many keys a request as well
+# (--kv-chunk, PlanInputs::fixed_split_size), which can add splits the planner does not choose.
 # Usage (on the GPU machine): LOG_DIR=dir scripts/split_probe.sh path/to/gqattn-bench
 #   [bench/sweeps/ab/decode_cudnn_gap_hd128.csv]
 set -uo pipefail
@@ -11,14 +13,18 @@ cd "$(dirname "$0")/.."
 BENCH=${1:-build-gpu/gqattn-bench}
 SWEEP=${2:-bench/sweeps/ab/decode_cudnn_gap_hd128.csv}
 LOG_DIR=${LOG_DIR:-/tmp/split-probe}; mkdir -p "$LOG_DIR"
-for cap in 0 1 2 4; do
-  "$BENCH" --device cuda --sweep "$SWEEP" --iters 20 --max-splits "$cap" --csv "$LOG_DIR/cap$cap.csv" \
-    > "$LOG_DIR/cap$cap.log" 2>&1 || { echo "split_probe: cap $cap failed (see $LOG_DIR/cap$cap.log)"; exit 1; }
+CHUNKS=${SPLIT_PROBE_CHUNKS-128 256}
+runs=(cap0 cap1 cap2 cap4)
+for n in $CHUNKS; do runs+=("chunk$n"); done
+for run in "${runs[@]}"; do
+  if [[ $run == cap* ]]; then flag=(--max-splits "${run#cap}"); else flag=(--kv-chunk "${run#chunk}"); fi
+  "$BENCH" --device cuda --sweep "$SWEEP" --iters 20 "${flag[@]}" --csv "$LOG_DIR/$run.csv" \
+    > "$LOG_DIR/$run.log" 2>&1 || { echo "split_probe: $run failed (see $LOG_DIR/$run.log)"; exit 1; }
 done
 # Rows whose capped plan is the planner's own (the same chunk and items) measure only the noise
 # between two processes: session 19 read 0.98-1.07x on such rows as wins (perf-notes item 108).
-same_plans() {  # same_plans CAP: the rows of capCAP.log whose plan equals cap0.log's
-  python3 - "$LOG_DIR/cap0.log" "$LOG_DIR/cap$1.log" <<'PY'
+same_plans() {  # same_plans RUN: the rows of RUN.log whose plan equals cap0.log's
+  python3 - "$LOG_DIR/cap0.log" "$LOG_DIR/$1.log" <<'PY'
 import sys
 def plans(path):
     out = {}
@@ -33,8 +39,9 @@ print(f"   {len(same)} of {len(cap)} rows keep the planner's plan (their ratios 
 for k in same: print("   ", k)
 PY
 }
-for cap in 1 2 4; do
-  echo "== at most $cap chunk(s) a request, against the planner's choice"
-  python3 bench/compare.py "$LOG_DIR/cap0.csv" "$LOG_DIR/cap$cap.csv" | sed 's/^[^:]*: //'
-  same_plans "$cap"
+for run in "${runs[@]:1}"; do
+  if [[ $run == cap* ]]; then echo "== at most ${run#cap} chunk(s) a request, against the planner's choice"
+  else echo "== chunks of ${run#chunk} keys (rounded up to the kernel's tile), against the planner's choice"; fi
+  python3 bench/compare.py "$LOG_DIR/cap0.csv" "$LOG_DIR/$run.csv" | sed 's/^[^:]*: //'
+  same_plans "$run"
 done | tee "$LOG_DIR/split_probe.txt"

@@ -105,6 +105,13 @@ struct PlanInputs {
   bool graph_per_split = false;
   // Upper bound on split-KV chunks per request (1 disables split-KV). 0: the planner decides.
   int max_num_splits = 0;
+  // Split-KV in chunks of this many keys (rounded up to the chosen kernel's key tile) instead of
+  // the planner's choice: a request with more keys than the chunk runs as ceil(kv_len / chunk)
+  // chunks, a shorter one whole (FlashInfer's fixed_split_size, counted in keys). A request's
+  // chunks then follow from its own length and the kernel, not from the rest of the batch, and
+  // A/B runs can force splits the planner's model would not pick. 0: the planner decides. Not
+  // together with max_num_splits. The CPU backend computes every row whole and ignores it.
+  int fixed_split_size = 0;
 };
 
 // What plan() decided. Treat it as opaque; its fields are visible for tests and benchmarks.

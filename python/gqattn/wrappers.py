@@ -285,6 +285,7 @@ class DecodeWrapper(_Wrapper):
         num_pages: Optional[int] = None,
         stream: Any = None,
         graph_per_split: bool = False,
+        fixed_split_size: int = 0,
     ) -> None:
         """Plans a decode step. kv_page_indptr [batch + 1] and kv_last_page_len [batch] are host
         lists/arrays or tensors (copied to the host once). Every request has qo_len new tokens.
@@ -292,7 +293,9 @@ class DecodeWrapper(_Wrapper):
         enable_cuda_graph: a graph captured with one plan's run() replays correctly after plan()
         with other lengths (same workspace, batch and qo_len). graph_per_split (with
         enable_cuda_graph): run() launches the split-KV merge only when the plan split
-        (plan_info.split), so keep one graph per value of plan_info.split."""
+        (plan_info.split), so keep one graph per value of plan_info.split. fixed_split_size: split-KV
+        in chunks of that many keys (rounded up to the kernel's key tile; 0: the planner decides;
+        not with max_num_splits), as FlashInfer's fixed_split_size but counted in keys."""
         kv_layout = _check_layout(kv_layout)  # before planning: a CUDA plan overwrites the workspace
         checked = kv_page_indices is not None
         plan = _C.decode_plan(
@@ -311,6 +314,7 @@ class DecodeWrapper(_Wrapper):
             num_pages=_int(num_pages, "num_pages", 64) if num_pages is not None else -1,
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
+            fixed_split_size=_int(fixed_split_size, "fixed_split_size"),
         )
         self._store(plan, kv_layout)
 
@@ -375,13 +379,15 @@ class PrefillWrapper(_Wrapper):
         num_pages: Optional[int] = None,
         stream: Any = None,
         graph_per_split: bool = False,
+        fixed_split_size: int = 0,
     ) -> None:
         """Plans a prefill batch. qo_indptr [batch + 1] query row offsets. Paged K/V (page_size >= 1):
         kv_indptr is the page indptr and kv_last_page_len is required. Ragged K/V (page_size 0):
         kv_indptr is the token indptr. causal: aligned to the end of each request's KV (query i of
         qo_len sees keys 0 .. kv_len - qo_len + i), as for chunked prefill and prefix caching.
         enable_cuda_graph and graph_per_split: as for DecodeWrapper.plan, with the same query rows
-        (qo_indptr) in place of the same batch and qo_len: other query rows need a new capture."""
+        (qo_indptr) in place of the same batch and qo_len: other query rows need a new capture.
+        fixed_split_size: as for DecodeWrapper.plan."""
         page_size = _int(page_size, "page_size")
         paged = page_size >= 1
         if paged and kv_last_page_len is None:
@@ -405,6 +411,7 @@ class PrefillWrapper(_Wrapper):
             num_pages=_int(num_pages, "num_pages", 64) if num_pages is not None else -1,
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
+            fixed_split_size=_int(fixed_split_size, "fixed_split_size"),
         )
         self._paged = paged
         self._causal = bool(causal)

@@ -207,7 +207,8 @@ void plan_device(nb::handle workspace, PlanInputs& in, Workspace& ws) {
 PlanInputs plan_inputs(nb::handle workspace, Workspace& ws, const std::string& dtype, int num_qo_heads,
                        int num_kv_heads, int head_dim, int page_size, std::vector<int32_t> kv_indptr,
                        std::vector<int32_t> kv_last_page_len, std::vector<int32_t> kv_page_indices,
-                       int64_t num_pages, bool enable_cuda_graph, int max_num_splits, bool graph_per_split) {
+                       int64_t num_pages, bool enable_cuda_graph, int max_num_splits, bool graph_per_split,
+                       int fixed_split_size) {
   PlanInputs in;
   plan_device(workspace, in, ws);
   in.dtype = parse_dtype(dtype);
@@ -222,6 +223,7 @@ PlanInputs plan_inputs(nb::handle workspace, Workspace& ws, const std::string& d
   in.enable_cuda_graph = enable_cuda_graph;
   in.max_num_splits = max_num_splits;
   in.graph_per_split = graph_per_split;
+  in.fixed_split_size = fixed_split_size;
   return in;
 }
 
@@ -333,19 +335,19 @@ NB_MODULE(_C, m) {
       [](nb::handle workspace, std::vector<int32_t> kv_page_indptr, std::vector<int32_t> kv_last_page_len,
          int num_qo_heads, int num_kv_heads, int head_dim, int page_size, int qo_len, const std::string& dtype,
          bool enable_cuda_graph, int max_num_splits, std::vector<int32_t> kv_page_indices, int64_t num_pages,
-         uintptr_t stream, bool graph_per_split) {
+         uintptr_t stream, bool graph_per_split, int fixed_split_size) {
         Workspace ws;
         PlanInputs in = plan_inputs(workspace, ws, dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
                                     std::move(kv_page_indptr), std::move(kv_last_page_len),
                                     std::move(kv_page_indices), num_pages, enable_cuda_graph, max_num_splits,
-                                    graph_per_split);
+                                    graph_per_split, fixed_split_size);
         in.qo_len = qo_len;
         return decode_plan(in, ws, as_stream(stream));
       },
       "workspace"_a.none(), "kv_page_indptr"_a, "kv_last_page_len"_a, "num_qo_heads"_a, "num_kv_heads"_a,
       "head_dim"_a, "page_size"_a, "qo_len"_a = 1, "dtype"_a = "bf16", "enable_cuda_graph"_a = false,
       "max_num_splits"_a = 0, "kv_page_indices"_a = std::vector<int32_t>{}, "num_pages"_a = -1, "stream"_a = 0,
-      "graph_per_split"_a = false,
+      "graph_per_split"_a = false, "fixed_split_size"_a = 0,
       "Plans a decode step on the host (gqattn::decode_plan). The workspace's device picks the backend.");
 
   m.def(
@@ -353,11 +355,12 @@ NB_MODULE(_C, m) {
       [](nb::handle workspace, std::vector<int32_t> qo_indptr, std::vector<int32_t> kv_indptr,
          std::vector<int32_t> kv_last_page_len, int num_qo_heads, int num_kv_heads, int head_dim, int page_size,
          bool causal, const std::string& dtype, bool enable_cuda_graph, int max_num_splits,
-         std::vector<int32_t> kv_page_indices, int64_t num_pages, uintptr_t stream, bool graph_per_split) {
+         std::vector<int32_t> kv_page_indices, int64_t num_pages, uintptr_t stream, bool graph_per_split,
+         int fixed_split_size) {
         Workspace ws;
         PlanInputs in = plan_inputs(workspace, ws, dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
                                     std::move(kv_indptr), std::move(kv_last_page_len), std::move(kv_page_indices),
-                                    num_pages, enable_cuda_graph, max_num_splits, graph_per_split);
+                                    num_pages, enable_cuda_graph, max_num_splits, graph_per_split, fixed_split_size);
         in.causal = causal;
         in.qo_indptr = std::move(qo_indptr);
         return prefill_plan(in, ws, as_stream(stream));
@@ -365,7 +368,7 @@ NB_MODULE(_C, m) {
       "workspace"_a.none(), "qo_indptr"_a, "kv_indptr"_a, "kv_last_page_len"_a, "num_qo_heads"_a,
       "num_kv_heads"_a, "head_dim"_a, "page_size"_a, "causal"_a = false, "dtype"_a = "bf16",
       "enable_cuda_graph"_a = false, "max_num_splits"_a = 0, "kv_page_indices"_a = std::vector<int32_t>{},
-      "num_pages"_a = -1, "stream"_a = 0, "graph_per_split"_a = false,
+      "num_pages"_a = -1, "stream"_a = 0, "graph_per_split"_a = false, "fixed_split_size"_a = 0,
       "Plans a prefill batch on the host (gqattn::prefill_plan); page_size 0 means ragged K/V.");
 
   m.def(

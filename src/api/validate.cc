@@ -452,6 +452,10 @@ void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
            ") must be >= 1: decode reads paged K/V");
   GQ_CHECK(in.max_num_splits >= 0, "max_num_splits (", in.max_num_splits,
            ") must be >= 0 (0: the planner decides)");
+  GQ_CHECK(in.fixed_split_size >= 0, "fixed_split_size (", in.fixed_split_size,
+           ") must be >= 0 (0: the planner decides)");
+  GQ_CHECK(in.fixed_split_size == 0 || in.max_num_splits == 0, "fixed_split_size (", in.fixed_split_size,
+           ") and max_num_splits (", in.max_num_splits, "): set at most one (a fixed chunk decides the splits)");
   GQ_CHECK(!in.graph_per_split || in.enable_cuda_graph,
            "graph_per_split: set without enable_cuda_graph (it chooses how CUDA-graph plans launch the merge)");
   GQ_CHECK(in.num_pages >= -1, "num_pages (", in.num_pages, ") must be -1 (unknown) or >= 0");

@@ -229,9 +229,17 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   const double merge_rows = static_cast<double>(plan.total_qo) * plan.num_qo_heads / kernel.key_time;
   // The wgmma kernel splits too: few long items (MQA decode with 4 draft tokens is one 128-row item
   // a request) would otherwise leave most SMs idle (perf-notes item 56).
-  int kv_chunk = plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas, kernel.kv_tile,
-                                       kMinChunkKeys, inputs.max_num_splits, merge_rows, kernel.merge_fixed_keys);
+  const bool fixed_chunk = inputs.fixed_split_size > 0;
+  int kv_chunk = fixed_chunk ? plan::fixed_kv_chunk(plan.kv_len, row_tiles, inputs.fixed_split_size, kernel.kv_tile)
+                             : plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
+                                                     kernel.kv_tile, kMinChunkKeys, inputs.max_num_splits, merge_rows,
+                                                     kernel.merge_fixed_keys);
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
+  // A fixed chunk is the caller's: its partial results must fit, or the plan fails (before any
+  // upload: the workspace keeps the previous plan).
+  GQ_CHECK(!fixed_chunk || list.partial_rows <= layout.partial_rows_cap, "fixed_split_size (",
+           inputs.fixed_split_size, "): the split's ", list.partial_rows, " partial rows exceed the workspace's ",
+           layout.partial_rows_cap, " (a larger workspace or chunk)");
   // Fewer, longer chunks until the partial results fit the workspace.
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {
     kv_chunk *= 2;

@@ -106,6 +106,18 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   return best_chunk >= max_kv ? 0 : static_cast<int>(best_chunk);
 }
 
+int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int fixed_keys,
+                   int kv_tile) {
+  GQ_CHECK(kv_len.size() == row_tiles.size(), "fixed_kv_chunk: kv_len and row_tiles differ in size");
+  GQ_CHECK(fixed_keys > 0 && kv_tile > 0, "fixed_kv_chunk: fixed_keys and kv_tile must be positive");
+  int64_t max_kv = 0;
+  for (size_t b = 0; b < kv_len.size(); ++b)
+    if (row_tiles[b] > 0) max_kv = std::max<int64_t>(max_kv, kv_len[b]);
+  // In int64: a chunk near INT32_MAX rounds past it; it then holds every request whole.
+  const int64_t chunk = ceil_div(int64_t(fixed_keys), kv_tile) * kv_tile;
+  return chunk >= max_kv ? 0 : static_cast<int>(chunk);
+}
+
 WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows,
                          int kv_chunk) {
   GQ_CHECK(cta_rows > 0, "build_work_list: cta_rows must be positive");

@@ -35,6 +35,11 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
                     double merge_rows = 0, double merge_fixed_keys = kMergeFixedKeys);
 
+// The chunk of PlanInputs::fixed_split_size: fixed_keys rounded up to kv_tile, or 0 (no split)
+// where that chunk holds the longest request with query rows (row_tiles > 0) whole.
+int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int fixed_keys,
+                   int kv_tile);
+
 struct WorkList {
   std::vector<WorkItem> items;
   std::vector<MergeRequest> requests;

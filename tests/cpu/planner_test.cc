@@ -166,6 +166,46 @@ TEST(ChooseKvChunk, LongestRequestOfMillionsOfKeys) {
   }
 }
 
+// ---- fixed_kv_chunk (PlanInputs::fixed_split_size) ---------------------------------------------
+
+TEST(FixedKvChunk, RoundsUpToTheTileAndSplitsOnlyLongerRequests) {
+  const std::vector<int32_t> kv_len{100, 1000, 513}, tiles{1, 1, 1};
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 256, kKvTile), 256);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 200, kKvTile), 256);  // rounded up to the tile
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, kKvTile), kKvTile);
+  // A chunk that holds the longest request whole: no split.
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1000, kKvTile), 0);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 961, kKvTile), 0);  // 961 -> 1024 >= 1000
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 900, kKvTile), 960);
+  // Near INT32_MAX the rounding passes int32: no split, no overflow.
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, INT32_MAX, kKvTile), 0);
+  // A request without query rows does not count as the longest.
+  const std::vector<int32_t> rows_only_short{1, 0, 0};
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, rows_only_short, 128, kKvTile), 0);  // longest with rows: 100
+  EXPECT_EQ(plan::fixed_kv_chunk({}, {}, 128, kKvTile), 0);
+  EXPECT_THROW(plan::fixed_kv_chunk(kv_len, tiles, 0, kKvTile), Error);
+  EXPECT_THROW(plan::fixed_kv_chunk(kv_len, {1, 1}, 128, kKvTile), Error);
+}
+
+// The chunk it returns gives ceil(kv_len / chunk) items a request (and K/V head, row tile).
+TEST(FixedKvChunk, WorkListHasTheFixedChunks) {
+  Plan plan;
+  plan.batch = 3;
+  plan.num_qo_heads = 8;
+  plan.num_kv_heads = 2;
+  plan.qo_indptr = {0, 1, 2, 3};
+  plan.kv_len = {100, 1000, 513};
+  const std::vector<int32_t> tiles{1, 1, 1};
+  const int chunk = plan::fixed_kv_chunk(plan.kv_len, tiles, 256, kKvTile);
+  const std::vector<int32_t> kv_indptr{0, 7, 70, 103};  // pages of 16
+  const plan::WorkList list = plan::build_work_list(plan, kv_indptr, 16, chunk);
+  EXPECT_EQ(list.items.size(), size_t(2 * (1 + 4 + 3)));
+  EXPECT_EQ(list.requests[0].num_chunks, 1);
+  EXPECT_EQ(list.requests[1].num_chunks, 4);
+  EXPECT_EQ(list.requests[2].num_chunks, 3);
+  EXPECT_EQ(list.max_splits, 4);
+}
+
 // ---- build_work_list ---------------------------------------------------------------------------
 
 // Checks that the work list covers each (request, kv head, row tile) exactly once per chunk,

@@ -248,6 +248,17 @@ TEST(ValidatePlan, MaxNumSplitsNegative) {
   expect_rejected([&] { decode_plan(in, Workspace{}); }, {"max_num_splits (-1)"});
 }
 
+TEST(ValidatePlan, FixedSplitSizeNegativeOrWithMaxNumSplits) {
+  PlanInputs in = good_decode_inputs();
+  in.fixed_split_size = -1;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"fixed_split_size (-1)", ">= 0"});
+  in.fixed_split_size = 256;
+  in.max_num_splits = 4;
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"fixed_split_size (256)", "max_num_splits (4)"});
+  in.max_num_splits = 0;
+  EXPECT_NO_THROW(decode_plan(in, Workspace{}));  // the CPU backend plans it (and ignores the chunk)
+}
+
 TEST(ValidatePlan, GraphPerSplitWithoutGraphMode) {
   PlanInputs in = good_decode_inputs();
   in.graph_per_split = true;

@@ -87,7 +87,8 @@ struct DecodeResult {
 // past 4 GiB of their pools (DevicePagedKV).
 void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len, KVLayout layout,
                   const std::vector<int32_t>& kv_len, uint64_t seed, int max_num_splits = 0,
-                  DecodeResult* gpu_out = nullptr, Plan* gpu_plan = nullptr, bool far = false) {
+                  DecodeResult* gpu_out = nullptr, Plan* gpu_plan = nullptr, bool far = false,
+                  int fixed_split_size = 0) {
   const std::string what = describe_case(dtype, h, head_dim, page_size, qo_len, layout, kv_len);
   SCOPED_TRACE(what);
   const int batch = static_cast<int>(kv_len.size());
@@ -115,6 +116,7 @@ void check_decode(DType dtype, Heads h, int head_dim, int page_size, int qo_len,
 
   in.device = Device::kCUDA;
   in.max_num_splits = max_num_splits;
+  in.fixed_split_size = fixed_split_size;
   DeviceWorkspace ws;
   const Plan plan = decode_plan(in, ws.get());
   DeviceTensor dq(q);
@@ -282,6 +284,31 @@ TEST(GpuDecode, DraftTokensInTwoSixteenRowItems) {
           EXPECT_EQ(plan.cta_rows, 16);
         }
         EXPECT_EQ(plan.max_splits > 1, max_num_splits != 1);
+        ++seed;
+      }
+    }
+  }
+}
+
+// PlanInputs::fixed_split_size: every request longer than the chunk (rounded up to the kernel's key
+// tile) runs as ceil(kv_len / chunk) chunks, whatever the planner would choose, and the results
+// match the oracle: chunks of one tile, a chunk between tiles, one that holds every request whole;
+// requests of 0 and 1 keys and of lengths off the page and the tile; the decode families (G 4,
+// 8 and 32 with one and four new tokens: 4 .. 128 packed rows, the wgmma kernel's too on sm_90).
+TEST(GpuDecode, FixedSplitSize) {
+  uint64_t seed = 5700;
+  const std::vector<int32_t> kv_len{0, 1, 300, 4097, 2000};
+  for (const Heads h : {Heads{32, 8}, Heads{8, 2}, Heads{32, 1}}) {
+    for (int qo_len : {1, 4}) {
+      for (int fixed : {1, 200, 5000}) {
+        Plan plan;
+        check_decode(info.dtypes[seed % info.dtypes.size()], h, info.head_dims.front(), 16, qo_len,
+                     seed % 2 ? KVLayout::kHND : KVLayout::kNHD, kv_len, seed, 0, nullptr, &plan, false, fixed);
+        const int tile = dispatch::kernel_by_id(plan.kernel_id).kv_tile;
+        const int chunk = (fixed + tile - 1) / tile * tile;
+        SCOPED_TRACE("fixed_split_size " + std::to_string(fixed) + ", tile " + std::to_string(tile));
+        EXPECT_EQ(plan.kv_chunk, chunk >= 4097 ? 0 : chunk);
+        EXPECT_EQ(plan.max_splits, chunk >= 4097 ? 1 : (4097 + chunk - 1) / chunk);
         ++seed;
       }
     }

@@ -236,6 +236,11 @@ def test_gpu_decode_split_kv_matches_cpu(num_kv_heads):
     out = wrapper.run(q, **t)
     ref = gqattn.decode(q.cpu(), **cpu_copy(t))
     torch.testing.assert_close(out.cpu().float(), ref.float(), **tol(dtype))
+    # fixed_split_size: 6000 keys in chunks of 1000 rounded up to the kernel's tile (64 or 128 keys).
+    wrapper.plan(cache.kv_page_indptr, cache.kv_last_page_len, 8, num_kv_heads, head_dim, 16, dtype=dtype,
+                 fixed_split_size=1000)
+    assert wrapper.plan_info.kv_chunk == 1024 and wrapper.plan_info.max_splits == 6
+    torch.testing.assert_close(wrapper.run(q, **t).cpu().float(), ref.float(), **tol(dtype))
 
 
 @gpu
