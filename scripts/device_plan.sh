@@ -12,7 +12,8 @@
 #         names both items' tests, and session 40's review fixes and GPU tests (gpu_check.sh build
 #         test sanitize, ~300 s)
 #   t213  item 213 (wip/decode-partial-wave-split.patch: decode splits a partial last wave) on a
-#         copy of this tree: the v201 build, ctest and sanitizers, then the wave rows' A/B (~300 s);
+#         copy of this tree: the v201 build, ctest and sanitizers, then the wave rows' A/B, then
+#         split_probe.sh with fixed chunks of 128 / 256 / 512 keys on the rows that trail cuDNN (~400 s);
 #         land it if green and the A/B gains, then `land` for the table (T213_STAGES="build test":
 #         without the sanitizers, ~220 s)
 #   l213  after items 200 (hd80 four stages) and 213 landed:
@@ -169,6 +170,9 @@ case $step in
     python3 bench/compare.py "$L/waves/nosplit.csv" "$L/waves/split.csv" > "$L/waves/compare.txt" 2>&1
     python3 bench/compare.py "$L/waves/split.csv" "$L/waves/split_again.csv" | tail -1 >> "$L/waves/compare.txt"
     cat "$L/waves/compare.txt"
+    # The rows that trail cuDNN (decode_cudnn_gap_hd128.csv: 128 items of 8 rows and others) with
+    # fixed chunks the planner does not choose (PlanInputs::fixed_split_size), beside the caps.
+    [[ $step == t213 ]] && SPLIT_PROBE_CHUNKS="128 256 512" LOG_DIR=$L/sp scripts/split_probe.sh build-gpu/gqattn-bench
     exit $rc
     ;;
   w192)

@@ -296,6 +296,8 @@ TEST(GpuDecode, DraftTokensInTwoSixteenRowItems) {
 // requests of 0 and 1 keys and of lengths off the page and the tile; the decode families (G 4,
 // 8 and 32 with one and four new tokens: 4 .. 128 packed rows, the wgmma kernel's too on sm_90).
 TEST(GpuDecode, FixedSplitSize) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
   uint64_t seed = 5700;
   const std::vector<int32_t> kv_len{0, 1, 300, 4097, 2000};
   for (const Heads h : {Heads{32, 8}, Heads{8, 2}, Heads{32, 1}}) {
