@@ -11,8 +11,8 @@
 #         item 201): the GPU tests at hd 64 / 80 / 128 / 256 and the sanitizers, whose racecheck
 #         names both items' tests, and session 40's review fixes and GPU tests (gpu_check.sh build
 #         test sanitize, ~300 s)
-#   t213  item 213 (wip/decode-partial-wave-split.patch: decode splits a partial last wave) on a
-#         copy of this tree: the v201 build, ctest and sanitizers, then the wave rows' A/B, then
+#   t213  item 213 (decode splits a partial last wave; landed in session 43) on this tree: the v201
+#         build, ctest and sanitizers, then the wave rows' A/B, then
 #         split_probe.sh with fixed chunks of 128 / 256 / 512 keys on the rows that trail cuDNN (~400 s);
 #         land it if green and the A/B gains, then `land` for the table (T213_STAGES="build test":
 #         without the sanitizers, ~220 s)
@@ -161,8 +161,6 @@ case $step in
     if [[ $step == l213 ]]; then
       LOG_DIR=$L scripts/final_gpu_run.sh land || rc=1
     else
-      tree_with /tmp/dp-t213 wip/decode-partial-wave-split.patch || exit 1
-      cd /tmp/dp-t213
       GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
         scripts/gpu_check.sh ${T213_STAGES:-build test sanitize} || rc=1
     fi

@@ -229,11 +229,15 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   const double merge_rows = static_cast<double>(plan.total_qo) * plan.num_qo_heads / kernel.key_time;
   // The wgmma kernel splits too: few long items (MQA decode with 4 draft tokens is one 128-row item
   // a request) would otherwise leave most SMs idle (perf-notes item 56).
+  // Decode items of a request are equally long, so a partial last wave costs what the model says;
+  // prefill keeps a full GPU's items whole. GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1: decode too (the A/B).
+  static const bool partial_wave_split_disabled = env_flag("GQATTN_DISABLE_PARTIAL_WAVE_SPLIT");
   const bool fixed_chunk = inputs.fixed_split_size > 0;
   int kv_chunk = fixed_chunk ? plan::fixed_kv_chunk(plan.kv_len, row_tiles, inputs.fixed_split_size, kernel.kv_tile)
                              : plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
                                                      kernel.kv_tile, kMinChunkKeys, inputs.max_num_splits, merge_rows,
-                                                     kernel.merge_fixed_keys);
+                                                     kernel.merge_fixed_keys,
+                                                     plan.is_decode && !partial_wave_split_disabled);
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   // A fixed chunk is the caller's: its partial results must fit, or the plan fails (before any
   // upload: the workspace keeps the previous plan).

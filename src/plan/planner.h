@@ -29,11 +29,15 @@ inline constexpr double kMergeFixedKeys = 64;
 //               time per key
 //   merge_fixed_keys: the split's fixed cost (the merge's launch, the partial rows' write and
 //               read) in keys of this kernel (KernelChoice::merge_fixed_keys)
+//   split_full: also score splits where the unsplit items already fill target_ctas (a partial last
+//               wave: decode, whose items of a request are equally long); false keeps such plans
+//               unsplit (prefill, whose causal items differ in length, so the longest-item model
+//               overstates the last wave)
 // Picks the chunk by a small cost model (whole waves of the longest item, plus the merge when
 // split); docs/perf-notes.md, "Split-KV heuristic".
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
-                    double merge_rows = 0, double merge_fixed_keys = kMergeFixedKeys);
+                    double merge_rows = 0, double merge_fixed_keys = kMergeFixedKeys, bool split_full = false);
 
 // The chunk of PlanInputs::fixed_split_size: fixed_keys rounded up to kv_tile, or 0 (no split)
 // where that chunk holds the longest request with query rows (row_tiles > 0) whole.

@@ -1,6 +1,7 @@
 // The planner's pure functions against the contract of src/plan/planner.h: describe() fills the
-// host fields; choose_kv_chunk() splits only when the GPU is not full; build_work_list() covers
-// every (request, kv head, packed row tile) once per chunk, and the chunks tile [0, kv_len).
+// host fields; choose_kv_chunk() splits only when the GPU is not full (with split_full, a partial
+// last wave too); build_work_list() covers every (request, kv head, packed row tile) once per
+// chunk, and the chunks tile [0, kv_len).
 // Layer: tests/cpu (label cpu).
 #include <gtest/gtest.h>
 
@@ -76,6 +77,32 @@ TEST(ChooseKvChunk, NoSplitWhenTheGpuIsFull) {
   // 128 requests x 8 KV heads = 1024 CTAs >= 264: splitting only adds merge traffic.
   const std::vector<int32_t> kv_len(128, 4096), tiles(128, 1);
   EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0), 0);
+}
+
+// split_full (decode): a partial last wave of equal items is split, whole waves are not.
+TEST(ChooseKvChunk, SplitFullSplitsOnlyAPartialLastWave) {
+  // GQA-8 34 x 4K: 272 items on 264 slots, two waves of 4K keys unsplit.
+  const std::vector<int32_t> kv_len(34, 4096), tiles(34, 1);
+  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0), 0);
+  const int chunk = plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, 34 * 32, plan::kMergeFixedKeys,
+                                          /*split_full=*/true);
+  ASSERT_GT(chunk, 0);
+  EXPECT_EQ(chunk % kKvTile, 0);
+  // The chunks' waves end closer to the evenly spread work than two whole ones.
+  const int64_t items = 272 * ((4096 + chunk - 1) / chunk);
+  const int64_t waves = (items + kTargetCtas - 1) / kTargetCtas;
+  EXPECT_LT(waves * chunk, 2 * 4096 * 0.75) << chunk;
+  // Whole waves, or nearly: 264 and 528 items, GQA-8 128 x 4K (1,024: 3.9 waves), MHA 128 x 4K
+  // (4,096: 15.5 waves); and a short partial wave's gain is below the split's cost.
+  for (const auto& [batch, heads] : std::vector<std::pair<int, int>>{{33, 8}, {66, 8}, {128, 8}, {128, 32}}) {
+    const std::vector<int32_t> len(size_t(batch), 4096), t(size_t(batch), 1);
+    EXPECT_EQ(plan::choose_kv_chunk(len, t, heads, kTargetCtas, kKvTile, kMinChunk, 0, batch * 32.0, plan::kMergeFixedKeys,
+                                    true), 0)
+        << batch << " x " << heads;
+  }
+  // Short requests: the chunk floor (kMinChunk) leaves nothing to split.
+  const std::vector<int32_t> short_len(40, 200), t40(40, 1);
+  EXPECT_EQ(plan::choose_kv_chunk(short_len, t40, 8, kTargetCtas, kKvTile, kMinChunk, 0, 0, plan::kMergeFixedKeys, true), 0);
 }
 
 TEST(ChooseKvChunk, SplitsWhenBatchTimesKvHeadsIsSmall) {

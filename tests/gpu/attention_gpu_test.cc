@@ -293,15 +293,15 @@ TEST(GpuDecode, DraftTokensInTwoSixteenRowItems) {
 // PlanInputs::fixed_split_size: every request longer than the chunk (rounded up to the kernel's key
 // tile) runs as ceil(kv_len / chunk) chunks, whatever the planner would choose, and the results
 // match the oracle: chunks of one tile, a chunk between tiles, one that holds every request whole;
-// requests of 0 and 1 keys and of lengths off the page and the tile; the decode families (G 4,
+// requests of 0 and qo_len keys and of lengths off the page and the tile; the decode families (G 4,
 // 8 and 32 with one and four new tokens: 4 .. 128 packed rows, the wgmma kernel's too on sm_90).
 TEST(GpuDecode, FixedSplitSize) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   uint64_t seed = 5700;
-  const std::vector<int32_t> kv_len{0, 1, 300, 4097, 2000};
   for (const Heads h : {Heads{32, 8}, Heads{8, 2}, Heads{32, 1}}) {
     for (int qo_len : {1, 4}) {
+      const std::vector<int32_t> kv_len{0, qo_len, 300, 4097, 2000};  // causal: qo_len <= kv_len, or 0
       for (int fixed : {1, 200, 5000}) {
         Plan plan;
         check_decode(info.dtypes[seed % info.dtypes.size()], h, info.head_dims.front(), 16, qo_len,
