@@ -25,6 +25,7 @@
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
+#   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -35,7 +36,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|e188|land|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|e188|land|l215|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -193,6 +194,14 @@ case $step in
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
+  l215)
+    LOG_DIR=$L scripts/final_gpu_run.sh land; rc=$?
+    # The batch-1 long rows (and two 8-request MQA rows) with fixed chunks (item 215): 8/1 heads
+    # 1 x 32K ran 1.105x in chunks of 256 keys against the planner's 128 (t213).
+    SPLIT_PROBE_CAPS="" SPLIT_PROBE_CHUNKS="128 256 512 1024" LOG_DIR=$L/sp timeout 120 \
+      scripts/split_probe.sh build-gpu/gqattn-bench bench/sweeps/ab/decode_batch1_long_hd128.csv
+    exit $rc
+    ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
     # Only the head dims and dtypes of the sweep's rows (bf16 at 64 / 128 / 256: a quarter of the
@@ -202,7 +211,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, e188, land, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, e188, land, l215, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -4,7 +4,8 @@
 # each cap a process of its own (the same rows in the same order), then `compare.py` of each cap
 # against the planner's run (a ratio > 1: the cap was faster, so the planner split too much).
 # The runs' logs name every row's plan (chunk, items). Costs about 15 s a cap for 17 rows.
-# SPLIT_PROBE_CHUNKS (default "128 256"): fixed chunks of that many keys a request as well
+# SPLIT_PROBE_CAPS (default "1 2 4"): the caps run. SPLIT_PROBE_CHUNKS (default "128 256"): fixed
+# chunks of that many keys a request as well
 # (--kv-chunk, PlanInputs::fixed_split_size), which can add splits the planner does not choose.
 # Usage (on the GPU machine): LOG_DIR=dir scripts/split_probe.sh path/to/gqattn-bench
 #   [bench/sweeps/ab/decode_cudnn_gap_hd128.csv]
@@ -14,7 +15,8 @@ BENCH=${1:-build-gpu/gqattn-bench}
 SWEEP=${2:-bench/sweeps/ab/decode_cudnn_gap_hd128.csv}
 LOG_DIR=${LOG_DIR:-/tmp/split-probe}; mkdir -p "$LOG_DIR"
 CHUNKS=${SPLIT_PROBE_CHUNKS-128 256}
-runs=(cap0 cap1 cap2 cap4)
+runs=(cap0)
+for n in ${SPLIT_PROBE_CAPS-1 2 4}; do runs+=("cap$n"); done
 for n in $CHUNKS; do runs+=("chunk$n"); done
 for run in "${runs[@]}"; do
   if [[ $run == cap* ]]; then flag=(--max-splits "${run#cap}"); else flag=(--kv-chunk "${run#chunk}"); fi
