@@ -3,7 +3,8 @@
 # call, so that a session with a GPU runs each step as one short command:
 #   run: scripts/device_plan.sh STEP      (carry .deps: mkdir -p .deps && cp -r /usr/src/googletest .deps/)
 # Each step tars its logs into $OUT/STEP.tgz (after every stage, so a time-out keeps what finished)
-# and names the commit $GQ_COMMIT (default: git rev-parse --short HEAD, where .git came along).
+# and names the commit $GQ_COMMIT (default: git rev-parse --short HEAD, where .git came along, with
+# "+changes" where the tree differs from it; pass GQ_COMMIT=<sha> in the run command to be sure).
 # Steps, in the plan's order (device seconds estimated); several may run in one call, one after
 # another (each tars its own logs):
 # (Steps h1 and h2, items 195 + 197, ran in session 38 and landed: perf-notes item 199.)
@@ -26,6 +27,7 @@
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
+#   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -36,7 +38,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|e188|land|l215|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|e188|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -118,7 +120,12 @@ fi
 
 OUT=${OUT:-/tmp/dp-out}
 mkdir -p "$OUT"
-if [[ -z "${GQ_COMMIT:-}" ]]; then GQ_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown); fi
+# The device's copy of .git can lag the working tree (session 43's table named 92a0b20 for 60341f6):
+# a tree that differs from that HEAD is named "<HEAD>+changes", never as HEAD itself.
+if [[ -z "${GQ_COMMIT:-}" ]]; then
+  GQ_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [[ $GQ_COMMIT == unknown ]] || git diff --quiet HEAD -- . 2>/dev/null || GQ_COMMIT+="+changes"
+fi
 export GQ_COMMIT
 [[ -d .deps/googletest ]] || echo "device_plan: no .deps/googletest (carry it): the builds will look for GTest"
 L=/tmp/dp-logs-$step
@@ -194,6 +201,13 @@ case $step in
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
+  n96)
+    # Why decode at hd96 runs at ~0.8x of hd128 (perf-notes items 199, 200: a fourth stage did not
+    # help, so bytes in flight do not explain it): one launch each under ncu, MHA 16 x 8K.
+    GQATTN_HEAD_DIMS="96;128" GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    LOG_DIR=$L/ncu scripts/ncu_decode.sh build-gpu/gqattn-bench "decode,bf16,32,32,96,16,16,1,8192,1" \
+      "decode,bf16,32,32,128,16,16,1,8192,1"
+    ;;
   l215)
     LOG_DIR=$L scripts/final_gpu_run.sh land; rc=$?
     # The batch-1 long rows (and two 8-request MQA rows) with fixed chunks (item 215): 8/1 heads
@@ -211,7 +225,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, e188, land, l215, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, e188, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
