@@ -23,6 +23,8 @@
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 #   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
 #         in session 39) at hd256 with racecheck (~300 s)
+#   w216  wip_check.sh of item 216 (decode-warp-private-padded-rows) at hd 80 / 96 / 112 on the
+#         head-dims decode sweep (~300 s)
 #   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
 #         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -38,7 +40,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|e188|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|w216|e188|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -187,6 +189,12 @@ case $step in
     tree_with /tmp/dp-w192 $(below "${W192[0]%%@*}") || exit 1
     cd /tmp/dp-w192 && LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W192[@]}"
     ;;
+  w216)
+    # Item 216: the decode family's warp-private K/V copies at hd 80 / 96 / 112, its GPU tests and
+    # the head-dims decode rows against main (hd128 rows: the same SASS on both sides, the control).
+    LOG_DIR=$L WIP_HEAD_DIMS="80;96;112" WIP_SWEEP_DIMS="80;96;112;128" \
+      scripts/wip_check.sh "wip/decode-warp-private-padded-rows.patch@bench/sweeps/head_dims/decode.csv"
+    ;;
   e188)
     tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
     rc=0
@@ -225,7 +233,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, e188, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, w216, e188, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
