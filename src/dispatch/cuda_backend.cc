@@ -233,11 +233,12 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   // prefill keeps a full GPU's items whole. GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1: decode too (the A/B).
   static const bool partial_wave_split_disabled = env_flag("GQATTN_DISABLE_PARTIAL_WAVE_SPLIT");
   const bool fixed_chunk = inputs.fixed_split_size > 0;
-  int kv_chunk = fixed_chunk ? plan::fixed_kv_chunk(plan.kv_len, row_tiles, inputs.fixed_split_size, kernel.kv_tile)
+  int kv_chunk = fixed_chunk ? plan::fixed_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, inputs.fixed_split_size,
+                                                    kernel.kv_tile, kMaxWorkItems)
                              : plan::choose_kv_chunk(plan.kv_len, row_tiles, plan.num_kv_heads, target_ctas,
                                                      kernel.kv_tile, kMinChunkKeys, inputs.max_num_splits, merge_rows,
                                                      kernel.merge_fixed_keys,
-                                                     plan.is_decode && !partial_wave_split_disabled);
+                                                     plan.is_decode && !partial_wave_split_disabled, kMaxWorkItems);
   plan::WorkList list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   // A fixed chunk is the caller's: its partial results must fit, or the plan fails (before any
   // upload: the workspace keeps the previous plan).

@@ -56,7 +56,7 @@ Plan describe(const PlanInputs& in, bool is_decode) {
 
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
-                    double merge_rows, double merge_fixed_keys, bool split_full) {
+                    double merge_rows, double merge_fixed_keys, bool split_full, int64_t max_items) {
   GQ_CHECK(kv_len.size() == row_tiles.size(), "choose_kv_chunk: kv_len and row_tiles differ in size");
   GQ_CHECK(kv_tile > 0 && target_ctas > 0, "choose_kv_chunk: kv_tile and target_ctas must be positive");
   if (max_splits == 1) return 0;
@@ -78,11 +78,14 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   // per-item cost), never below the evenly spread work. Equal chunks that fill the last wave
   // beat chunks that spill a few items into a second one (ncu on the H200: MQA 128 x 8K split
   // into 384 items ran 1.45 waves at 2.7 TB/s).
-  auto cost = [&](int64_t chunk) {
+  auto count_items = [&](int64_t chunk) {
     int64_t items = 0;
     for (size_t b = 0; b < kv_len.size(); ++b)
       items += int64_t(row_tiles[b]) * num_kv_heads * std::max<int64_t>(1, ceil_div(kv_len[b], chunk));
-    const int64_t waves = ceil_div(items, target_ctas);
+    return items;
+  };
+  auto cost = [&](int64_t chunk) {
+    const int64_t waves = ceil_div(count_items(chunk), target_ctas);
     const double longest = static_cast<double>(std::min(chunk, max_kv) + kItemOverheadKeys);
     return std::max(waves * longest, static_cast<double>(work_tokens) / target_ctas);
   };
@@ -92,6 +95,10 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
     if (max_splits > 1 && splits > max_splits) break;
     const int64_t chunk = ceil_div(ceil_div(max_kv, splits), kv_tile) * kv_tile;
     if (chunk < min_chunk) break;
+    // Smaller chunks only add items: past the work-list limit the plan would fail where the
+    // unsplit one fits (split_full: 481 x 16K and 1,000 short GQA-8 requests, 11,848 items,
+    // scored best at 512-key chunks, 131,136 items).
+    if (count_items(chunk) > max_items) break;
     if (chunk < max_kv) {
       const double c = cost(chunk) + merge_fixed_keys + kMergeKeysPerRow * merge_rows;
       if (c < best_cost * kMinGain) {
@@ -111,8 +118,8 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   return best_chunk >= max_kv ? 0 : static_cast<int>(best_chunk);
 }
 
-int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int fixed_keys,
-                   int kv_tile) {
+int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
+                   int fixed_keys, int kv_tile, int64_t max_items) {
   GQ_CHECK(kv_len.size() == row_tiles.size(), "fixed_kv_chunk: kv_len and row_tiles differ in size");
   GQ_CHECK(fixed_keys > 0 && kv_tile > 0, "fixed_kv_chunk: fixed_keys and kv_tile must be positive");
   int64_t max_kv = 0;
@@ -120,7 +127,15 @@ int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t
     if (row_tiles[b] > 0) max_kv = std::max<int64_t>(max_kv, kv_len[b]);
   // In int64: a chunk near INT32_MAX rounds past it; it then holds every request whole.
   const int64_t chunk = ceil_div(int64_t(fixed_keys), kv_tile) * kv_tile;
-  return chunk >= max_kv ? 0 : static_cast<int>(chunk);
+  if (chunk >= max_kv) return 0;
+  // The items as build_work_list makes them, counted first: the caller's chunk is not bounded by
+  // a cost model, and the list it would build may not fit in memory.
+  int64_t items = 0;
+  for (size_t b = 0; b < kv_len.size(); ++b)
+    items += int64_t(row_tiles[b]) * num_kv_heads * std::max<int64_t>(1, ceil_div(kv_len[b], chunk));
+  GQ_CHECK(items <= max_items, "fixed_split_size (", fixed_keys, "): chunks of ", chunk, " keys make ", items,
+           " work items, over the limit of ", max_items, " (a larger chunk)");
+  return static_cast<int>(chunk);
 }
 
 WorkList build_work_list(const Plan& plan, const std::vector<int32_t>& kv_indptr, int cta_rows,

@@ -33,16 +33,21 @@ inline constexpr double kMergeFixedKeys = 64;
 //               wave: decode, whose items of a request are equally long); false keeps such plans
 //               unsplit (prefill, whose causal items differ in length, so the longest-item model
 //               overstates the last wave)
+//   max_items:  no chunk whose items (row tiles x num_kv_heads x chunks) pass this is chosen (the
+//               backend's work-list limit): a full GPU's split multiplies thousands of items
 // Picks the chunk by a small cost model (whole waves of the longest item, plus the merge when
 // split); docs/perf-notes.md, "Split-KV heuristic".
 int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles,
                     int num_kv_heads, int target_ctas, int kv_tile, int min_chunk, int max_splits,
-                    double merge_rows = 0, double merge_fixed_keys = kMergeFixedKeys, bool split_full = false);
+                    double merge_rows = 0, double merge_fixed_keys = kMergeFixedKeys, bool split_full = false,
+                    int64_t max_items = INT64_MAX);
 
 // The chunk of PlanInputs::fixed_split_size: fixed_keys rounded up to kv_tile, or 0 (no split)
-// where that chunk holds the longest request with query rows (row_tiles > 0) whole.
-int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int fixed_keys,
-                   int kv_tile);
+// where that chunk holds the longest request with query rows (row_tiles > 0) whole. Throws an
+// Error naming fixed_split_size where the chunks make more than max_items items, before any work
+// list is built (a chunk of one tile over millions of keys would be millions of items).
+int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
+                   int fixed_keys, int kv_tile, int64_t max_items = INT64_MAX);
 
 struct WorkList {
   std::vector<WorkItem> items;

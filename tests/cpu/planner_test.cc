@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "common/test_util.h"
 #include "plan/planner.h"
 
@@ -103,6 +104,32 @@ TEST(ChooseKvChunk, SplitFullSplitsOnlyAPartialLastWave) {
   // Short requests: the chunk floor (kMinChunk) leaves nothing to split.
   const std::vector<int32_t> short_len(40, 200), t40(40, 1);
   EXPECT_EQ(plan::choose_kv_chunk(short_len, t40, 8, kTargetCtas, kKvTile, kMinChunk, 0, 0, plan::kMergeFixedKeys, true), 0);
+}
+
+// split_full scores a full GPU's splits, which multiply thousands of items: no chunk whose items pass
+// max_items (the backend's work-list limit) is chosen, where the unsplit plan fits.
+TEST(ChooseKvChunk, SplitFullStaysWithinMaxItems) {
+  // GQA-8: 481 requests of 16K keys and 1,000 of 64, 11,848 items unsplit; without the limit the
+  // model picks 512-key chunks, 131,136 items.
+  std::vector<int32_t> kv_len(481, 16384), tiles(1481, 1);
+  kv_len.resize(1481, 64);
+  const int64_t max_items = int64_t(1) << 17;
+  auto items = [&](int chunk) {
+    int64_t n = 0;
+    for (int32_t l : kv_len) n += 8 * (chunk > 0 && l > chunk ? (l + chunk - 1) / chunk : 1);
+    return n;
+  };
+  const double merge_rows = 1481 * 64.0;
+  const int unlimited = plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, merge_rows,
+                                              plan::kMergeFixedKeys, true);
+  ASSERT_GT(items(unlimited), max_items) << unlimited;  // the case still needs the limit
+  const int chunk = plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, merge_rows,
+                                          plan::kMergeFixedKeys, true, max_items);
+  EXPECT_LE(items(chunk), max_items) << chunk;
+  EXPECT_GT(chunk, unlimited);
+  // A limit below the unsplit items: no split (the backend then names the limit).
+  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, merge_rows,
+                                  plan::kMergeFixedKeys, true, 1000), 0);
 }
 
 TEST(ChooseKvChunk, SplitsWhenBatchTimesKvHeadsIsSmall) {
@@ -197,21 +224,36 @@ TEST(ChooseKvChunk, LongestRequestOfMillionsOfKeys) {
 
 TEST(FixedKvChunk, RoundsUpToTheTileAndSplitsOnlyLongerRequests) {
   const std::vector<int32_t> kv_len{100, 1000, 513}, tiles{1, 1, 1};
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 256, kKvTile), 256);
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 200, kKvTile), 256);  // rounded up to the tile
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, kKvTile), kKvTile);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, 256, kKvTile), 256);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, 200, kKvTile), 256);  // rounded up to the tile
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, 1, kKvTile), kKvTile);
   // A chunk that holds the longest request whole: no split.
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1000, kKvTile), 0);
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 961, kKvTile), 0);  // 961 -> 1024 >= 1000
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 900, kKvTile), 960);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, 1000, kKvTile), 0);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, 961, kKvTile), 0);  // 961 -> 1024 >= 1000
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, 900, kKvTile), 960);
   // Near INT32_MAX the rounding passes int32: no split, no overflow.
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, INT32_MAX, kKvTile), 0);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 1, INT32_MAX, kKvTile), 0);
   // A request without query rows does not count as the longest.
   const std::vector<int32_t> rows_only_short{1, 0, 0};
-  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, rows_only_short, 128, kKvTile), 0);  // longest with rows: 100
-  EXPECT_EQ(plan::fixed_kv_chunk({}, {}, 128, kKvTile), 0);
-  EXPECT_THROW(plan::fixed_kv_chunk(kv_len, tiles, 0, kKvTile), Error);
-  EXPECT_THROW(plan::fixed_kv_chunk(kv_len, {1, 1}, 128, kKvTile), Error);
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, rows_only_short, 1, 128, kKvTile), 0);  // longest with rows: 100
+  EXPECT_EQ(plan::fixed_kv_chunk({}, {}, 1, 128, kKvTile), 0);
+  EXPECT_THROW(plan::fixed_kv_chunk(kv_len, tiles, 1, 0, kKvTile), Error);
+  EXPECT_THROW(plan::fixed_kv_chunk(kv_len, {1, 1}, 1, 128, kKvTile), Error);
+}
+
+// More items than max_items (the backend's work-list limit): an Error naming fixed_split_size,
+// before any list is built; at the limit, the chunk.
+TEST(FixedKvChunk, MoreItemsThanTheLimit) {
+  // 2 requests x 2 K/V heads x ceil(1000 / 128) = 8 chunks, and one request of 100 keys whole.
+  const std::vector<int32_t> kv_len{1000, 1000, 100}, tiles{1, 1, 1};
+  const int64_t items = 2 * 2 * 8 + 2;
+  EXPECT_EQ(plan::fixed_kv_chunk(kv_len, tiles, 2, 100, kKvTile, items), 128);
+  expect_rejected([&] { plan::fixed_kv_chunk(kv_len, tiles, 2, 100, kKvTile, items - 1); },
+                  {"fixed_split_size (100)", "chunks of 128 keys make 34 work items, over the limit of 33"});
+  // One tile over 2^31 - 1 keys: 33.5M items a head, counted, not built.
+  const std::vector<int32_t> huge{INT32_MAX}, one{1};
+  expect_rejected([&] { plan::fixed_kv_chunk(huge, one, 8, 1, kKvTile, int64_t(1) << 17); },
+                  {"fixed_split_size (1)", "268435456 work items"});
 }
 
 // The chunk it returns gives ceil(kv_len / chunk) items a request (and K/V head, row tile).
@@ -223,7 +265,7 @@ TEST(FixedKvChunk, WorkListHasTheFixedChunks) {
   plan.qo_indptr = {0, 1, 2, 3};
   plan.kv_len = {100, 1000, 513};
   const std::vector<int32_t> tiles{1, 1, 1};
-  const int chunk = plan::fixed_kv_chunk(plan.kv_len, tiles, 256, kKvTile);
+  const int chunk = plan::fixed_kv_chunk(plan.kv_len, tiles, plan.num_kv_heads, 256, kKvTile);
   const std::vector<int32_t> kv_indptr{0, 7, 70, 103};  // pages of 16
   const plan::WorkList list = plan::build_work_list(plan, kv_indptr, 16, chunk);
   EXPECT_EQ(list.items.size(), size_t(2 * (1 + 4 + 3)));

@@ -290,6 +290,35 @@ TEST(GpuPlanLimits, MoreWorkItemsThanTheLimit) {
   witness.expect_intact();
 }
 
+// PlanInputs::fixed_split_size past the limits, each rejected naming fixed_split_size, the witness
+// intact: 128-key chunks of one request of 524,800 keys x 32 K/V heads (MHA, one 1-row item a
+// chunk) are 131,200 items, past 2^17, counted before any list is built (their partial rows would
+// fit); and 2,000 chunks of one K/V head x 32 query heads x 4 tokens are 256,000 partial rows, past
+// the recommended workspace's ~245K at head_dim 128 (fewer at 256), in at most 4,000 items. Host
+// only: the plans read no K/V.
+TEST(GpuPlanLimits, FixedSplitSizeOverTheLimits) {
+  GQ_REQUIRE_GPU();
+  const Variant v = built_variant();
+  DeviceWorkspace ws;
+  const Witness witness(ws.get());
+  PlanInputs in = empty_decode(v, 1, 32, 32);
+  in.kv_indptr = {0, 524800 / 16};
+  in.kv_last_page_len = {16};
+  in.fixed_split_size = 128;
+  expect_rejected([&] { decode_plan(in, ws.get()); },
+                  {"fixed_split_size (128)", "chunks of 128 keys make 131200 work items, over the limit of 131072"});
+  witness.expect_intact();
+
+  in = empty_decode(v, 1, 32, 1);
+  in.qo_len = 4;
+  in.kv_indptr = {0, 256000 / 16};
+  in.kv_last_page_len = {16};
+  in.fixed_split_size = 128;
+  expect_rejected([&] { decode_plan(in, ws.get()); },
+                  {"fixed_split_size (128)", "the split's 256000 partial rows exceed the workspace's"});
+  witness.expect_intact();
+}
+
 // Exactly 2^17 items: 4,096 decode requests x 32 K/V heads with 0..12 keys each (page_size 4), the
 // work list filling its region of the workspace to the last byte; against the oracle, as planned and
 // in CUDA-graph mode (the merge over every row, skipping each unsplit request). The grid is then
