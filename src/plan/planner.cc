@@ -60,20 +60,27 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   GQ_CHECK(kv_len.size() == row_tiles.size(), "choose_kv_chunk: kv_len and row_tiles differ in size");
   GQ_CHECK(kv_tile > 0 && target_ctas > 0, "choose_kv_chunk: kv_tile and target_ctas must be positive");
   if (max_splits == 1) return 0;
-  int64_t base_ctas = 0, work_tokens = 0, max_kv = 0;
+  int64_t base_ctas = 0, work_tokens = 0, max_kv = 0, min_kv = INT64_MAX;
   for (size_t b = 0; b < kv_len.size(); ++b) {
     base_ctas += int64_t(row_tiles[b]) * num_kv_heads;
     work_tokens += int64_t(row_tiles[b]) * num_kv_heads * kv_len[b];
     // A request without query rows (prefill, qo_len 0) has no item: its keys are no item's.
-    if (row_tiles[b] > 0) max_kv = std::max<int64_t>(max_kv, kv_len[b]);
+    if (row_tiles[b] > 0) {
+      max_kv = std::max<int64_t>(max_kv, kv_len[b]);
+      min_kv = std::min<int64_t>(min_kv, kv_len[b]);
+    }
   }
   if (max_kv == 0) return 0;
-  // Without split_full, a GPU already full without splitting keeps its items whole. With it, the
-  // cost model below decides: 272 equal items on 264 slots take two waves of the longest item, and
-  // chunks of an eighth take nine of an eighth (GQA-8 34 x 4K ran 2.7 TB/s unsplit against 4.2 TB/s
-  // at 33 requests, perf-notes item 213); whole waves (7.76 of them for MHA 128 x 4K) gain less than
-  // kMinGain and stay unsplit.
-  if (base_ctas >= target_ctas && !split_full) return 0;
+  // Without split_full, a GPU already full without splitting keeps its items whole. With it, and
+  // requests of nearly equal lengths (the shortest at least 7/8 of the longest), the cost model
+  // below decides: 272 equal items on 264 slots take two waves of the longest item, and chunks of
+  // an eighth take nine of an eighth (GQA-8 34 x 4K ran 2.7 TB/s unsplit against 4.2 TB/s at 33
+  // requests, perf-notes item 213); whole waves (7.76 of them for MHA 128 x 4K) gain less than
+  // kMinGain and stay unsplit. Mixed lengths keep the early return: the CTAs of short items exit
+  // early and the next ones start, so charging every wave the longest item overstates an unsplit
+  // plan's time there (not measured).
+  const bool equal_lengths = min_kv * 8 >= max_kv * 7;
+  if (base_ctas >= target_ctas && !(split_full && equal_lengths)) return 0;
   // Estimated time in keys streamed by one CTA: whole waves of the longest item (plus a fixed
   // per-item cost), never below the evenly spread work. Equal chunks that fill the last wave
   // beat chunks that spill a few items into a second one (ncu on the H200: MQA 128 x 8K split

@@ -30,9 +30,9 @@ inline constexpr double kMergeFixedKeys = 64;
 //   merge_fixed_keys: the split's fixed cost (the merge's launch, the partial rows' write and
 //               read) in keys of this kernel (KernelChoice::merge_fixed_keys)
 //   split_full: also score splits where the unsplit items already fill target_ctas (a partial last
-//               wave: decode, whose items of a request are equally long); false keeps such plans
-//               unsplit (prefill, whose causal items differ in length, so the longest-item model
-//               overstates the last wave)
+//               wave: decode, whose items of a request are equally long), where the requests'
+//               lengths are within 7/8 of each other; false keeps such plans unsplit (prefill, whose
+//               causal items differ in length, so the longest-item model overstates the last wave)
 //   max_items:  no chunk whose items (row tiles x num_kv_heads x chunks) pass this is chosen (the
 //               backend's work-list limit): a full GPU's split multiplies thousands of items
 // Picks the chunk by a small cost model (whole waves of the longest item, plus the merge when

@@ -104,31 +104,40 @@ TEST(ChooseKvChunk, SplitFullSplitsOnlyAPartialLastWave) {
   // Short requests: the chunk floor (kMinChunk) leaves nothing to split.
   const std::vector<int32_t> short_len(40, 200), t40(40, 1);
   EXPECT_EQ(plan::choose_kv_chunk(short_len, t40, 8, kTargetCtas, kKvTile, kMinChunk, 0, 0, plan::kMergeFixedKeys, true), 0);
+  // Mixed lengths (the shortest below 7/8 of the longest) keep a full GPU's items whole: a short
+  // item's CTA exits early, so the waves of the longest item overstate the unsplit plan.
+  std::vector<int32_t> mixed(34, 4096);
+  mixed[0] = 3000;
+  EXPECT_EQ(plan::choose_kv_chunk(mixed, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, 34 * 32, plan::kMergeFixedKeys, true),
+            0);
+  mixed[0] = 3600;  // within 7/8: split as the equal batch
+  EXPECT_GT(plan::choose_kv_chunk(mixed, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, 34 * 32, plan::kMergeFixedKeys, true),
+            0);
 }
 
 // split_full scores a full GPU's splits, which multiply thousands of items: no chunk whose items pass
 // max_items (the backend's work-list limit) is chosen, where the unsplit plan fits.
 TEST(ChooseKvChunk, SplitFullStaysWithinMaxItems) {
-  // GQA-8: 481 requests of 16K keys and 1,000 of 64, 11,848 items unsplit; without the limit the
-  // model picks 512-key chunks, 131,136 items.
-  std::vector<int32_t> kv_len(481, 16384), tiles(1481, 1);
-  kv_len.resize(1481, 64);
+  // GQA-8 on 396 slots (three CTAs an SM): 1,288 requests of 256K keys, 10,304 items unsplit;
+  // without the limit the model picks 16K-key chunks, 164,864 items.
+  constexpr int kSlots = 132 * 3;
+  const std::vector<int32_t> kv_len(1288, 262144), tiles(1288, 1);
   const int64_t max_items = int64_t(1) << 17;
   auto items = [&](int chunk) {
     int64_t n = 0;
     for (int32_t l : kv_len) n += 8 * (chunk > 0 && l > chunk ? (l + chunk - 1) / chunk : 1);
     return n;
   };
-  const double merge_rows = 1481 * 64.0;
-  const int unlimited = plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, merge_rows,
+  const double merge_rows = 1288 * 32.0;
+  const int unlimited = plan::choose_kv_chunk(kv_len, tiles, 8, kSlots, kKvTile, kMinChunk, 0, merge_rows,
                                               plan::kMergeFixedKeys, true);
   ASSERT_GT(items(unlimited), max_items) << unlimited;  // the case still needs the limit
-  const int chunk = plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, merge_rows,
+  const int chunk = plan::choose_kv_chunk(kv_len, tiles, 8, kSlots, kKvTile, kMinChunk, 0, merge_rows,
                                           plan::kMergeFixedKeys, true, max_items);
   EXPECT_LE(items(chunk), max_items) << chunk;
-  EXPECT_GT(chunk, unlimited);
+  EXPECT_TRUE(chunk == 0 || chunk > unlimited) << chunk;
   // A limit below the unsplit items: no split (the backend then names the limit).
-  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 8, kTargetCtas, kKvTile, kMinChunk, 0, merge_rows,
+  EXPECT_EQ(plan::choose_kv_chunk(kv_len, tiles, 8, kSlots, kKvTile, kMinChunk, 0, merge_rows,
                                   plan::kMergeFixedKeys, true, 1000), 0);
 }
 
