@@ -247,10 +247,11 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
            layout.partial_rows_cap, " (a larger workspace or chunk)");
   // Fewer, longer chunks until the partial results fit the workspace.
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {
-    kv_chunk *= 2;
     int max_kv = 0;
     for (int32_t len : plan.kv_len) max_kv = std::max(max_kv, len);
-    if (kv_chunk >= max_kv) kv_chunk = 0;
+    // In int64: a chunk past 2^30 keys doubles past INT32_MAX; it then holds every request whole.
+    const int64_t doubled = int64_t(kv_chunk) * 2;
+    kv_chunk = doubled >= max_kv ? 0 : static_cast<int>(doubled);
     list = plan::build_work_list(plan, inputs.kv_indptr, kernel.cta_rows, kv_chunk);
   }
   GQ_CHECK(list.items.size() <= kMaxWorkItems, "plan: ", list.items.size(), " work items exceed the limit of ",
