@@ -24,6 +24,16 @@ constexpr double kMinGain = 0.97;
 // ~5 us, at ~30 keys per us.
 constexpr double kMergeKeysPerRow = 0.18;
 
+// The work items of a list in chunks of `chunk` keys (row tiles x K/V heads x chunks, a request
+// shorter than the chunk one), as build_work_list makes them.
+int64_t count_items(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& row_tiles, int num_kv_heads,
+                    int64_t chunk) {
+  int64_t items = 0;
+  for (size_t b = 0; b < kv_len.size(); ++b)
+    items += int64_t(row_tiles[b]) * num_kv_heads * std::max<int64_t>(1, ceil_div(kv_len[b], chunk));
+  return items;
+}
+
 }  // namespace
 
 Plan describe(const PlanInputs& in, bool is_decode) {
@@ -85,19 +95,13 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
   // per-item cost), never below the evenly spread work. Equal chunks that fill the last wave
   // beat chunks that spill a few items into a second one (ncu on the H200: MQA 128 x 8K split
   // into 384 items ran 1.45 waves at 2.7 TB/s).
-  auto count_items = [&](int64_t chunk) {
-    int64_t items = 0;
-    for (size_t b = 0; b < kv_len.size(); ++b)
-      items += int64_t(row_tiles[b]) * num_kv_heads * std::max<int64_t>(1, ceil_div(kv_len[b], chunk));
-    return items;
-  };
-  auto cost = [&](int64_t chunk) {
-    const int64_t waves = ceil_div(count_items(chunk), target_ctas);
+  auto cost = [&](int64_t chunk, int64_t items) {
+    const int64_t waves = ceil_div(items, target_ctas);
     const double longest = static_cast<double>(std::min(chunk, max_kv) + kItemOverheadKeys);
     return std::max(waves * longest, static_cast<double>(work_tokens) / target_ctas);
   };
   int64_t best_chunk = max_kv;
-  double best_cost = cost(max_kv);
+  double best_cost = cost(max_kv, base_ctas);
   for (int64_t splits = 2;; ++splits) {
     if (max_splits > 1 && splits > max_splits) break;
     const int64_t chunk = ceil_div(ceil_div(max_kv, splits), kv_tile) * kv_tile;
@@ -105,9 +109,10 @@ int choose_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_
     // Smaller chunks only add items: past the work-list limit the plan would fail where the
     // unsplit one fits (split_full: 481 x 16K and 1,000 short GQA-8 requests, 11,848 items,
     // scored best at 512-key chunks, 131,136 items).
-    if (count_items(chunk) > max_items) break;
+    const int64_t items = count_items(kv_len, row_tiles, num_kv_heads, chunk);
+    if (items > max_items) break;
     if (chunk < max_kv) {
-      const double c = cost(chunk) + merge_fixed_keys + kMergeKeysPerRow * merge_rows;
+      const double c = cost(chunk, items) + merge_fixed_keys + kMergeKeysPerRow * merge_rows;
       if (c < best_cost * kMinGain) {
         best_cost = c;
         best_chunk = chunk;
@@ -135,11 +140,9 @@ int fixed_kv_chunk(const std::vector<int32_t>& kv_len, const std::vector<int32_t
   // In int64: a chunk near INT32_MAX rounds past it; it then holds every request whole.
   const int64_t chunk = ceil_div(int64_t(fixed_keys), kv_tile) * kv_tile;
   if (chunk >= max_kv) return 0;
-  // The items as build_work_list makes them, counted first: the caller's chunk is not bounded by
-  // a cost model, and the list it would build may not fit in memory.
-  int64_t items = 0;
-  for (size_t b = 0; b < kv_len.size(); ++b)
-    items += int64_t(row_tiles[b]) * num_kv_heads * std::max<int64_t>(1, ceil_div(kv_len[b], chunk));
+  // The items counted first: the caller's chunk is not bounded by a cost model, and the list it
+  // would build may not fit in memory.
+  const int64_t items = count_items(kv_len, row_tiles, num_kv_heads, chunk);
   GQ_CHECK(items <= max_items, "fixed_split_size (", fixed_keys, "): chunks of ", chunk, " keys make ", items,
            " work items, over the limit of ", max_items, " (a larger chunk)");
   return static_cast<int>(chunk);
