@@ -14,9 +14,8 @@
 #         test sanitize, ~300 s)
 #   t213  item 213 (decode splits a partial last wave; landed in session 43) on this tree: the v201
 #         build, ctest and sanitizers, then the wave rows' A/B, then
-#         split_probe.sh with fixed chunks of 128 / 256 / 512 keys on the rows that trail cuDNN (~400 s);
-#         land it if green and the A/B gains, then `land` for the table (T213_STAGES="build test":
-#         without the sanitizers, ~220 s)
+#         split_probe.sh with fixed chunks of 128 / 256 / 512 keys on the rows that trail cuDNN (~400 s;
+#         T213_STAGES="build test": without the sanitizers, ~320 s)
 #   l213  after items 200 (hd80 four stages) and 213 landed:
 #         final_gpu_run.sh land (full build, the decode table with peers, every test, sanitizers,
 #         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
