@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "api/env_flag.h"
 #include "gqattn/attention.h"
 #include "gqattn/error.h"
 #include "sampler.h"
@@ -28,6 +29,8 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, bool enable_prefix_caching, 
   sc.max_num_batched_tokens = runner_->config().max_num_batched_tokens;
   sc.enable_prefix_caching = enable_prefix_caching;
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
+  // On the GPU, before any request (GQATTN_DISABLE_ENGINE_WARMUP=1: in the first steps instead).
+  if (runner_->compute().supports_graphs() && !env_flag("GQATTN_DISABLE_ENGINE_WARMUP")) runner_->warm_up();
 }
 
 int64_t Engine::add_request(const std::vector<int32_t>& prompt, const SamplingParams& params) {

@@ -453,6 +453,46 @@ void ModelRunner::forward(const ForwardBatch& batch, bool tokens_from_last) {
   last_num_samples_ = int(batch.sample_rows.size());
 }
 
+void ModelRunner::warm_up() {
+  {  // A prefill of one request over the first pages: the prefill kernels' and cuBLASLt's first use.
+    const int n = std::min({config_.max_num_batched_tokens, max_model_len_, num_pages_ * config_.page_size});
+    const int pages = (n + config_.page_size - 1) / config_.page_size;
+    ForwardBatch f;
+    f.qo_indptr = {0, n};
+    f.kv_len = {n};
+    f.kv_page_indptr = {0, pages};
+    for (int i = 0; i < pages; ++i) f.kv_page_indices.push_back(i);
+    for (int i = 0; i < n; ++i) {
+      f.token_ids.push_back(0);
+      f.positions.push_back(i);
+    }
+    f.sample_rows = {n - 1};
+    forward(f);
+  }
+  std::vector<int> sizes = buckets_;
+  if (sizes.empty()) sizes.push_back(config_.max_num_seqs);
+  for (int b : sizes) {
+    // kv_len 1, not 0: the plan (and so the graph's grid) has a work item a request and K/V head
+    // as real steps do (perf-notes item 171's grid).
+    ForwardBatch f;
+    f.num_decode = b;
+    f.qo_indptr.push_back(0);
+    f.kv_page_indptr.push_back(0);
+    for (int r = 0; r < b; ++r) {
+      f.token_ids.push_back(0);
+      f.positions.push_back(0);
+      f.qo_indptr.push_back(r + 1);
+      f.kv_len.push_back(1);
+      f.kv_page_indptr.push_back(r + 1);
+      f.kv_page_indices.push_back(0);
+      f.sample_rows.push_back(r);
+    }
+    forward(f);  // a graph bucket's first step runs eagerly and is captured
+    if (!buckets_.empty()) forward(f);  // and its first replay uploads the graph
+  }
+  compute_->synchronize();
+}
+
 std::vector<float> ModelRunner::logits() {
   std::vector<float> out(size_t(last_num_samples_) * config_.model.vocab_size);
   compute_->download(out.data(), buf_->logits.data, out.size() * sizeof(float));

@@ -22,10 +22,7 @@
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 #   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
 #         in session 39) at hd256 with racecheck (~300 s)
-#   w216  wip_check.sh of item 216 (decode-warp-private-padded-rows) at hd 80 / 96 / 112 on the
-#         head-dims decode sweep (~300 s)
-#   e188  item 188 (engine-warm-up) in /tmp/dp-e188: the engine's GPU tests, then the end-to-end
-#         A/B warm / cold / page size 64 at 32 and 1 K/V heads (items 188, 185) (~420 s)
+# (Steps w216 and e188 ran in session 44: item 216 rejected, item 188 landed; perf-notes items 218, 219.)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -39,7 +36,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|w216|e188|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -110,11 +107,6 @@ if [[ $step == check ]]; then
         { echo "device_plan check: gtest filter $t (${line%%:*}) matches no test in $dir"; status=1; }
     done
   done < <(grep -HE "gtest_filter='" scripts/gpu_check.sh scripts/wip_check.sh)
-  # e188's ctest filter (GpuEngine|GpuTinyModel): a renamed suite would match nothing and pass.
-  apply_all wip/engine-warm-up.patch && for suite in GpuEngine GpuTinyModel; do
-    grep -rqE "TEST(_P)?\(${suite}, " "$tmp/t/tests/engine/gpu" ||
-      { echo "device_plan check: no engine GPU test suite $suite (for e188)"; status=1; }
-  done
   [[ $status == 0 ]] && echo "device_plan check: every planned call's patches, sweeps and tests are there"
   exit $status
 fi
@@ -188,23 +180,6 @@ case $step in
     tree_with /tmp/dp-w192 $(below "${W192[0]%%@*}") || exit 1
     cd /tmp/dp-w192 && LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W192[@]}"
     ;;
-  w216)
-    # Item 216: the decode family's warp-private K/V copies at hd 80 / 96 / 112, its GPU tests and
-    # the head-dims decode rows against main (hd128 rows: the same SASS on both sides, the control).
-    LOG_DIR=$L WIP_HEAD_DIMS="80;96;112" WIP_SWEEP_DIMS="80;96;112;128" \
-      scripts/wip_check.sh "wip/decode-warp-private-padded-rows.patch@bench/sweeps/head_dims/decode.csv"
-    ;;
-  e188)
-    tree_with /tmp/dp-e188 wip/engine-warm-up.patch || exit 1
-    rc=0
-    (cd /tmp/dp-e188 && LOG_DIR="$L" scripts/gpu_check.sh build &&
-      ctest --test-dir build-gpu -R "GpuEngine|GpuTinyModel" --output-on-failure --timeout 300 > "$L/engine_tests.log" 2>&1) || rc=1
-    tail -5 "$L/engine_tests.log" 2>/dev/null
-    (cd /tmp/dp-e188 && E2E_HEADS="32 1" E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab" \
-      "warm:" "cold:GQATTN_DISABLE_ENGINE_WARMUP=1" "p64:--page-size=64") || rc=1
-    cat "$L/ab/summary.txt" 2>/dev/null
-    exit $rc
-    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -232,7 +207,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, w216, e188, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -197,6 +197,28 @@ TEST(ContinuousBatching, SeededSamplingIsIndependentOfBatching) {
   EXPECT_EQ(batched.outputs[0], alone[0]);
 }
 
+// The warm-up (one decode step of every batch bucket on page 0, before any request; the engine
+// runs it on the GPU) changes no request's tokens: the same greedy and seeded outputs after it,
+// with chunked prefills and preemptions that reuse page 0.
+TEST(Engine, WarmUpChangesNoTokens) {
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.max_num_batched_tokens = 16;
+  rc.num_pages = 16;
+  rc.max_num_seqs = 6;
+  const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
+  std::vector<SamplingParams> params = greedy_params({20, 8, 25, 12, 30, 16});
+  params[2].temperature = 0.8f;
+  params[2].seed = 11;
+  const BatchedRun cold = run_batched(rc, prompts, params);
+  Engine engine(test::make_runner(rc));
+  engine.runner().warm_up();
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(engine.add_request(prompts[i], params[i]));
+  engine.run();
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(engine.output(ids[i]), cold.outputs[i]) << "request " << i;
+  EXPECT_GT(cold.preemptions, 0);
+}
+
 TEST(Engine, RejectsImpossibleRequests) {
   RunnerConfig rc = test::tiny_runner_config();
   rc.num_pages = 4;  // 16 tokens
