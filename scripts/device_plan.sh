@@ -20,9 +20,8 @@
 #         final_gpu_run.sh land (full build, the decode table with peers, every test, sanitizers,
 #         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
-#   w192  wip_check.sh of item 192 (sm90-hd256-staged-o, rebased and limited to items of <= 2K keys
-#         in session 39) at hd256 with racecheck (~300 s)
-# (Steps w216 and e188 ran in session 44: item 216 rejected, item 188 landed; perf-notes items 218, 219.)
+# (Steps w216, e188 and w192 ran in session 44: item 216 rejected, items 188 and 192 landed;
+# perf-notes items 218-220.)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -36,13 +35,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|w192|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
-W192=("wip/sm90-hd256-staged-o.patch@bench/sweeps/ab/prefill_short_hd256.csv@2@GpuPrefill.StagedOutputKeyLimitHeadDim256")
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
 below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
   local s p
@@ -83,16 +81,6 @@ if [[ $step == check ]]; then
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
   [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for l213) is missing"; status=1; }
-  for spec in "${W192[@]}"; do  # patch@sweep@rounds@gtest-filter
-    IFS=@ read -r patch sweep _ filter <<< "$spec"
-    [[ -f $sweep ]] || { echo "device_plan check: $sweep (for $patch) is missing"; status=1; }
-    # shellcheck disable=SC2046
-    apply_all $(below "$patch") "$patch" || continue
-    for t in ${filter//:/ }; do
-      grep -rqE "TEST(_P)?\(${t%%.*}, ${t#*.}\)" "$tmp/t/tests" ||
-        { echo "device_plan check: no GPU test $t (for $patch)"; status=1; }
-    done
-  done
   # The GPU scripts' fixed gtest filters (gpu_check.sh's portable rerun and sanitizers, wip_check.sh's
   # runs): a renamed test leaves a pattern that matches nothing, which gtest and compute-sanitizer
   # report as a clean pass. Each against its binary's sources (gqattn_engine_gpu_tests:
@@ -131,27 +119,6 @@ save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.t
 saver=$!
 trap 'kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
 
-# A copy of this tree with wip patches applied (kept between calls while the machine stays warm,
-# as long as the patches and the sources are the same: a rerun after a fix to a patch or to main
-# must not build the old copy).
-tree_with() {  # tree_with DIR PATCH...
-  local dir=$1; shift
-  local stamp
-  stamp="$* $(find . \( -path ./.git -o -path './build*' -o -path ./.deps -o -name __pycache__ \) -prune -o -type f -print0 |
-    LC_ALL=C sort -z | xargs -0 md5sum | md5sum)"
-  if [[ -f "$dir/.dp-applied" && "$(cat "$dir/.dp-applied")" == "$stamp" ]]; then
-    echo "device_plan: $dir kept from an earlier call ($*, same sources)"
-    return 0
-  fi
-  rm -rf "$dir" && mkdir -p "$dir"
-  tar cf - --exclude=./build* --exclude=./.git . | tar xf - -C "$dir"
-  local p
-  for p in "$@"; do
-    (cd "$dir" && patch -p1 < "$ROOT/$p" > /dev/null) || { echo "device_plan: $p does not apply"; return 1; }
-  done
-  echo "$stamp" > "$dir/.dp-applied"
-}
-
 case $step in
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
@@ -173,12 +140,6 @@ case $step in
     # fixed chunks the planner does not choose (PlanInputs::fixed_split_size), beside the caps.
     [[ $step == t213 ]] && SPLIT_PROBE_CHUNKS="128 256 512" LOG_DIR=$L/sp scripts/split_probe.sh build-gpu/gqattn-bench
     exit $rc
-    ;;
-  w192)
-    # Against this tree with the patches below 192 in STACKS (none since item 189 landed).
-    # shellcheck disable=SC2046
-    tree_with /tmp/dp-w192 $(below "${W192[0]%%@*}") || exit 1
-    cd /tmp/dp-w192 && LOG_DIR=$L WIP_HEAD_DIMS="256" scripts/wip_check.sh "${W192[@]}"
     ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
@@ -207,7 +168,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, w192, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -226,11 +226,21 @@ struct Sm90Shape {
   // the producer hands to the consumers (48 bytes, 16-byte aligned).
   static constexpr int kWorkItemOffset = 128;
   static constexpr int kBarrierBytes = kWorkItemOffset + 64;
+  // hd > 128: each consumer stages its O rows through 64 x 128 elements of its own (16 KB at
+  // hd256), after the barriers, for 16-byte stores (attention_sm90.cuh's epilogue).
+  static constexpr int kOutStageCols = 128;
+  static constexpr int kOutStageBytes = HeadDim > 128 ? Cfg::kConsumers * 64 * kOutStageCols * kElemBytes : 0;
+  // Only items of at most this many keys (WorkItem kv_end - kv_begin: the request's keys, as only
+  // unsplit items write O) take the staged epilogue; longer ones store straight from the
+  // accumulators. Session 38 (perf-notes item 199): staged, hd256 16 x 1K and 8 x 2K gained
+  // 1.02-1.13x, but 1 x 16K rows lost 0.92-0.98x.
+  static constexpr int kStagedOMaxKeys = 2048;
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
-  static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + Cfg::kStages * kStageBytes + kBarrierBytes + kOutStageBytes;
 
   static_assert(HeadDim % 16 == 0 && (HeadDim % 64 == 0 || HeadDim < 128),
                 "the sm90 path: 16-column k-steps, and a tile's padding within one 64-column block at most");
+  static_assert(HeadDim <= 128 || HeadDim % kOutStageCols == 0, "O staged in whole 128-column parts");
   static_assert(Cfg::kConsumers == 2 || Cfg::kConsumers == 3, "turn barriers for two or three consumers");
   static_assert((4 * Cfg::kStages + 2) * 8 + 3 * 4 <= kWorkItemOffset, "barrier area too small");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 limit");

@@ -652,11 +652,14 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       if (cw == 1) continue;
     }
 
-    // Epilogue: normalise and write this thread's two rows straight from the accumulators. At
-    // hd <= 128 the quad's four lanes swap words (prims::quad_transpose) so that each lane stores
-    // 16 contiguous bytes of its row: a quarter of the store instructions of 4-byte pieces, each
-    // touching as many cache lines (non-causal 16 x 1K +4-9%: perf-notes item 46). The shuffles
-    // need the whole warp, so only the stores are guarded.
+    // Epilogue: normalise and write this thread's two rows. At hd <= 128 straight from the
+    // accumulators: the quad's four lanes swap words (prims::quad_transpose) so that each lane
+    // stores 16 contiguous bytes of its row: a quarter of the store instructions of 4-byte
+    // pieces, each touching as many cache lines (non-causal 16 x 1K +4-9%: perf-notes item 46).
+    // The shuffles need the whole warp, so only the stores are guarded. At hd256 through shared
+    // memory (below) in items of at most Shape::kStagedOMaxKeys keys, longer items' rows 4 bytes a
+    // lane straight from the accumulators. Split rows (fp32 partials) go straight out at every
+    // head dim.
     float dsum[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -665,9 +668,84 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       dd += __shfl_xor_sync(0xffffffffu, dd, 2);
       dsum[i] = dd;
     }
+    // Row i (of two) of this thread's accumulator: a packed row of the item.
+    auto thread_row = [&](int i) { return w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8; };
+    // A split item's row i of this thread (packed row ra): fp32 partial O, normalised by inv.
+    auto store_partial_row = [&](int ra, int i, float inv) {
+      float* dst = p.partial_o + (static_cast<int64_t>(w.partial_base) + ra) * HeadDim + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < HeadDim / 8; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
+    };
+    // hd256: this item's O through shared memory (below). The same for the whole CTA (from the
+    // item alone), so each warpgroup's named barriers there see all of its threads.
+    const bool staged_o =
+        HeadDim > 128 && w.partial_base < 0 && w.kv_end - w.kv_begin <= Shape::kStagedOMaxKeys;
+    if constexpr (HeadDim > 128) {
+      // hd256: O's rows through this warpgroup's 64 x 128 buffer, 128 columns at a time (16-byte
+      // chunks XOR-swizzled by row: conflict-free both ways), then each warp stores two rows'
+      // 256 contiguous bytes a pass, 16 bytes a lane (the 4-byte stores from the accumulators
+      // touched eight rows' lines an instruction; the quad transpose of hd <= 128 spills here).
+      // Named barrier 11 + cw: this warpgroup alone.
+      const float inv[2] = {dsum[0] > 0.f ? 1.f / dsum[0] : 0.f, dsum[1] > 0.f ? 1.f / dsum[1] : 0.f};
+      if (staged_o) {
+        constexpr int kStageCols = Shape::kOutStageCols;  // not the kernel's kCols (a tile row)
+        const uint32_t s_out = prims::smem_addr(reinterpret_cast<unsigned char*>(full_k) + Shape::kBarrierBytes) +
+                               cw * 64 * kStageCols * static_cast<uint32_t>(sizeof(T));  // this warpgroup's buffer
+        // Byte offsets in the buffer: row r at r * 2 * kStageCols, its 16-byte chunk c at
+        // (c ^ (r & 7)) * 16, i.e. the row's chunk 0 offset XORed with c * 16. They come from an
+        // opaque copy of the thread's index (an empty asm), so that they are computed here: from
+        // the thread's index itself the compiler hoisted all 32 store addresses out of the item
+        // loop, live across the tile loop (48 bytes spilled; 144 once the direct stores of long
+        // items were beside them).
+        static_assert((kStageCols / 8 & (kStageCols / 8 - 1)) == 0, "a power of two of chunks a row (the XOR)");
+        uint32_t x = tid % 128;  // warp * 32 + lane
+        sm90::fence_operand(x);
+        // This thread's accumulator rows: r0 = warp * 16 + lane / 4 and r0 + 8 (the same swizzle).
+        const uint32_t r0 = x / 32 * 16 + x % 32 / 4;
+        const uint32_t st_off = r0 * (2 * kStageCols) + ((r0 & 7) << 4) + 4 * (x % 4);
+        // The read-back: chunk x % 16 of rows x / 16 + 8 k (one swizzle for all k).
+        const uint32_t ld_row = x / (kStageCols / 8), chunk = x % (kStageCols / 8);
+        const uint32_t ld_off = ld_row * (2 * kStageCols) + ((chunk ^ (ld_row & 7)) << 4);
+#pragma unroll
+        for (int part = 0; part < HeadDim / kStageCols; ++part) {
+          __syncwarp();
+          sm90::named_barrier_sync(11 + cw, 128);  // the buffer's last contents are read
+#pragma unroll
+          for (int j = 0; j < kStageCols / 8; ++j) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int jj = part * (kStageCols / 8) + j;  // the accumulator's 8-column block
+              prims::st_shared_32(s_out + ((st_off ^ (j << 4)) + i * 8 * (2 * kStageCols)),
+                                  prims::pack2<T>(o_acc[4 * jj + 2 * i] * inv[i], o_acc[4 * jj + 2 * i + 1] * inv[i]));
+            }
+          }
+          sm90::named_barrier_sync(11 + cw, 128);  // written
+          static_assert((64 * kStageCols / 8) % 128 == 0, "whole 16-byte chunks of the 64-row buffer a thread");
+#pragma unroll 1
+          for (int k = 0; k < 64 * kStageCols / 8 / 128; ++k) {  // the buffer's 16-byte chunks, 8 a thread
+            const int row = static_cast<int>(ld_row) + k * (128 / (kStageCols / 8));
+            const int ra = w.row_begin + wg_row0 + row;
+            if (ra < rows) {
+              uint32_t tok, g;
+              p.group.divmod(ra, tok, g);
+              T* dst = static_cast<T*>(p.o) + (w.qo_begin + static_cast<int64_t>(tok)) * p.o_stride_n +
+                       (w.kv_head * group + static_cast<int>(g)) * p.o_stride_h + part * kStageCols + chunk * 8;
+              const uint4 v = prims::ld_shared_16(s_out + ld_off + k * (128 / (kStageCols / 8)) * (2 * kStageCols));
+              prims::st_global_16(dst, v.x, v.y, v.z, v.w);
+            }
+          }
+        }
+        __syncwarp();
+      } else if (w.partial_base >= 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (thread_row(i) < rows) store_partial_row(thread_row(i), i, inv[i]);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int ra = w.row_begin + wg_row0 + warp * 16 + (lane >> 2) + i * 8;
+      const int ra = thread_row(i);
       const bool row_ok = ra < rows;
       const float inv = dsum[i] > 0.f ? 1.f / dsum[i] : 0.f;
       const float lse2 = dsum[i] > 0.f ? m[i] + log2f(dsum[i]) : prims::kNegInf;
@@ -693,7 +771,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
             if (row_ok)
               *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * (lane & 3)) =
                   prims::pack2<T>(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
-        } else if (row_ok) {  // hd256: the shuffled words beside O's 128 registers spilled 108 bytes
+        } else if (row_ok && !staged_o) {  // hd256 past kStagedOMaxKeys keys (staged_o: stored
+          // above); 4-byte pieces: the shuffled words beside O's 128 registers spilled 108 bytes
 #pragma unroll
           for (int j = 0; j < HeadDim / 8; ++j)
             *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * (lane & 3)) =
@@ -701,14 +780,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         }
         if (row_ok && p.lse != nullptr && (lane & 3) == 0) p.lse[token * p.num_qo_heads + head] = lse2 * prims::kLn2;
       } else if (row_ok) {
-        const int col = 2 * (lane & 3);
-        const int64_t prow = static_cast<int64_t>(w.partial_base) + ra;
-        float* dst = p.partial_o + prow * HeadDim + col;
-#pragma unroll
-        for (int j = 0; j < HeadDim / 8; ++j)
-          *reinterpret_cast<float2*>(dst + 8 * j) =
-              make_float2(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
-        if ((lane & 3) == 0) p.partial_lse[prow] = lse2;
+        if constexpr (HeadDim <= 128) store_partial_row(ra, i, inv);  // hd > 128: stored above
+        if ((lane & 3) == 0) p.partial_lse[static_cast<int64_t>(w.partial_base) + ra] = lse2;
       }
     }
   }

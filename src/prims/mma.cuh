@@ -13,6 +13,17 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 4-byte store and 16-byte load at a shared-state-space address (smem_addr): 32-bit addresses,
+// where generic pointers would take 64-bit registers.
+__device__ __forceinline__ void st_shared_32(uint32_t smem, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_16(uint32_t smem) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem) : "memory");
+  return v;
+}
+
 // 16-byte global -> shared copy; when `valid` is false the 16 bytes are zero-filled and the source
 // is not read.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {

@@ -968,6 +968,29 @@ TEST(GpuPrefill, CausalTilesPastAWarpgroupsRowsHeadDim256) {
   }
 }
 
+// The sm_90a kernel's hd256 epilogue by the item's keys (Sm90Shape::kStagedOMaxKeys = 2048):
+// items of at most 2048 keys store O through shared memory, longer ones straight from the
+// accumulators. Requests on both sides of the limit (2047, 2048, 2049, 3001 keys) beside
+// nine of one to nine keys, in one launch of more items than an H200 has SMs (MHA: 16 items a
+// request), so that no request is split (split rows take the partial stores) and CTAs take
+// items of both kinds; causal and not, contiguous (TMA) and pages of 16 (gathers).
+TEST(GpuPrefill, StagedOutputKeyLimitHeadDim256) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 256)) GTEST_SKIP() << "head_dim 256 is not built (-DGQATTN_HEAD_DIMS)";
+  const std::vector<int32_t> qo = {65, 1, 1, 70, 1, 1, 1, 66, 1, 1, 1, 1, 67};
+  const std::vector<int32_t> kv = {2049, 1, 4, 2048, 9, 2, 7, 3001, 1, 5, 3, 8, 2047};
+  uint64_t seed = 3400;
+  for (bool causal : {true, false}) {
+    const int page_size = causal ? 0 : 16;
+    Plan plan;
+    check_prefill(info.dtypes[seed % info.dtypes.size()], Heads{16, 16}, 256, page_size, causal,
+                  seed % 2 ? KVLayout::kHND : KVLayout::kNHD, qo, kv, seed, false, &plan);
+    EXPECT_FALSE(plan.split) << "a split request: its rows would not reach the epilogue's two paths";
+    ++seed;
+  }
+}
+
 // More work items than the sm_90a kernel's persistent CTAs (one an SM): each CTA runs several
 // items back to back, the next item's Q and first K/V tile loaded while the current one finishes
 // (on hd <= 128 its first S GEMM issued with the last P V of the one before). Items of one K/V
