@@ -67,6 +67,12 @@ constexpr int kGemmTuneMaxRows = 256;
 constexpr int kGemmTuneReps = 7;
 constexpr int kL2FlushFactor = 2;
 constexpr float kSplitKSlack = 1.02f;
+// GQATTN_ENGINE_GEMM_SEARCH=1 (gemm_variants): split-K counts tried on each heuristic candidate,
+// the most variants a shape, and the timed rounds each before the fastest kGemmCandidates join the
+// heuristic's candidates.
+constexpr int32_t kGemmSearchSplits[] = {1, 2, 3, 4, 6, 8};
+constexpr int kGemmSearchMax = 256;
+constexpr int kGemmSearchReps = 3;
 // The streaming read: far past the 60 MB L2, median of several passes.
 constexpr size_t kBandwidthBytes = size_t(4) << 30;
 constexpr int kBandwidthReps = 10;
@@ -532,6 +538,7 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
+    gemm_search_ = env_flag("GQATTN_ENGINE_GEMM_SEARCH");
     rope_store_disabled_ = env_flag("GQATTN_DISABLE_ENGINE_ROPE_STORE");
   }
   ~CudaCompute() override {
@@ -935,14 +942,12 @@ class CudaCompute final : public Compute {
     p.settled = tune || n > kGemmTuneMaxRows;
   }
 
-  // Times each candidate (one warm-up, then kGemmTuneReps rounds over all of them, each run after
-  // an L2 flush) and returns the one of the lowest median; a candidate without split-K (no
-  // reduction kernel) wins when it is within kSplitKSlack of it. Candidates that fail to run are
-  // skipped. Synchronises the stream.
-  // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
-  cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
-                                         const std::vector<cublasLtMatmulAlgo_t>& candidates, const void* w,
-                                         const void* x, void* y) {
+  // Median time (ms) of each candidate over `reps` rounds (one warm-up run first), each run after
+  // an L2 flush; INFINITY for a candidate that fails to run. Rounds go over all the candidates, so
+  // drift in clocks or temperature spreads over all of them; kGemmCandidates a batch (the events).
+  // Synchronises the stream.
+  std::vector<float> time_gemm_algos(GemmPlan& p, const std::vector<cublasLtMatmulAlgo_t>& candidates, int reps,
+                                     const void* w, const void* x, void* y) {
     if (!l2_flush_.data() && !l2_flush_failed_ && l2_bytes_ > 0) {
       try {
         l2_flush_ = alloc(size_t(kL2FlushFactor) * size_t(l2_bytes_));
@@ -953,56 +958,154 @@ class CudaCompute final : public Compute {
         l2_flush_failed_ = true;  // tune with warm caches rather than fail
       }
     }
-    const size_t count = std::min(candidates.size(), size_t(kGemmCandidates));
+    const size_t count = candidates.size();
     std::vector<bool> ok(count, true);
     for (size_t i = 0; i < count; ++i) ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
-    // Rounds over the candidates (drift in clocks or temperature spreads over all of them), each
-    // run after a read of the flush buffer (clean lines: no write-back inside the timed run).
+    // Each run after a read of the flush buffer (clean lines: no write-back inside the timed run).
     std::vector<std::vector<float>> times(count);
-    for (int r = 0; r < kGemmTuneReps; ++r) {
-      for (size_t i = 0; i < count; ++i) {
-        if (!ok[i]) continue;
-        flush_l2();
-        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i], stream_));
-        ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
-        GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i + 1], stream_));
-      }
-      GQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (size_t i = 0; i < count; ++i) {
-        if (!ok[i]) continue;
-        float t = 0;
-        GQ_CUDA_CHECK(cudaEventElapsedTime(&t, tune_events_[2 * i], tune_events_[2 * i + 1]));
-        times[i].push_back(t);
+    for (int r = 0; r < reps; ++r) {
+      for (size_t begin = 0; begin < count; begin += kGemmCandidates) {
+        const size_t end = std::min(count, begin + kGemmCandidates);
+        for (size_t i = begin; i < end; ++i) {
+          if (!ok[i]) continue;
+          flush_l2();
+          GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * (i - begin)], stream_));
+          ok[i] = run_gemm(p, candidates[i], w, x, y) == CUBLAS_STATUS_SUCCESS;
+          GQ_CUDA_CHECK(cudaEventRecord(tune_events_[2 * (i - begin) + 1], stream_));
+        }
+        GQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        for (size_t i = begin; i < end; ++i) {
+          if (!ok[i]) continue;
+          float t = 0;
+          GQ_CUDA_CHECK(cudaEventElapsedTime(&t, tune_events_[2 * (i - begin)], tune_events_[2 * (i - begin) + 1]));
+          times[i].push_back(t);
+        }
       }
     }
-    std::vector<float> ms(count, INFINITY);  // the median of each candidate's runs
+    std::vector<float> ms(count, INFINITY);
     for (size_t i = 0; i < count; ++i) {
       if (!ok[i] || times[i].empty()) continue;
       std::nth_element(times[i].begin(), times[i].begin() + times[i].size() / 2, times[i].end());
       ms[i] = times[i][times[i].size() / 2];
     }
+    return ms;
+  }
+
+  // GQATTN_ENGINE_GEMM_SEARCH=1: configurations of the heuristic's algorithms that it did not offer,
+  // each accepted by cublasLtMatmulAlgoCheck within the workspace, none equal to a candidate: for
+  // each candidate, every split-K count of kGemmSearchSplits (each reduction scheme the algorithm
+  // supports) with CTA swizzling off and on, and every tile the algorithm lists (unsplit); at most
+  // kGemmSearchMax of them.
+  std::vector<cublasLtMatmulAlgo_t> gemm_variants(GemmPlan& p, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
+    std::vector<cublasLtMatmulAlgo_t> out;
+    auto known = [&](const cublasLtMatmulAlgo_t& a) {
+      auto same = [&](const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; };
+      return std::any_of(candidates.begin(), candidates.end(), same) || std::any_of(out.begin(), out.end(), same);
+    };
+    auto add = [&](const cublasLtMatmulAlgo_t& a) {
+      if (out.size() >= size_t(kGemmSearchMax) || known(a)) return;
+      cublasLtMatmulHeuristicResult_t r = {};
+      if (cublasLtMatmulAlgoCheck(lt_, &p.desc, &p.a, &p.b, &p.c, &p.c, &a, &r) == CUBLAS_STATUS_SUCCESS &&
+          r.workspaceSize <= kCublasWorkspaceBytes)
+        out.push_back(a);
+    };
+    auto set = [](cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr, auto value) {
+      return cublasLtMatmulAlgoConfigSetAttribute(&a, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+    };
+    for (const cublasLtMatmulAlgo_t& base : candidates) {
+      int32_t splitk_support = 0;
+      uint32_t schemes = 0, swizzle_support = 0;
+      size_t written = 0;
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_support,
+                                        sizeof(splitk_support), &written);
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes),
+                                        &written);
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
+                                        sizeof(swizzle_support), &written);
+      for (int32_t splits : kGemmSearchSplits) {
+        if (splits > 1 && !splitk_support) continue;
+        for (uint32_t scheme : {uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE), uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                                uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                                uint32_t(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)}) {
+          if ((splits == 1) != (scheme == CUBLASLT_REDUCTION_SCHEME_NONE)) continue;
+          if (splits > 1 && !(schemes & scheme)) continue;
+          for (uint32_t swizzle = 0; swizzle <= (swizzle_support ? 1u : 0u); ++swizzle) {
+            cublasLtMatmulAlgo_t a = base;
+            if (set(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splits) && set(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme) &&
+                (!swizzle_support || set(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle)))
+              add(a);
+          }
+        }
+      }
+      size_t tile_bytes = 0;
+      if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &tile_bytes) !=
+              CUBLAS_STATUS_SUCCESS ||
+          tile_bytes == 0)
+        continue;
+      std::vector<uint32_t> tiles(tile_bytes / sizeof(uint32_t));
+      if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), tile_bytes, &written) !=
+          CUBLAS_STATUS_SUCCESS)
+        continue;
+      for (uint32_t tile : tiles) {
+        cublasLtMatmulAlgo_t a = base;
+        if (set(a, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) && set(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t(1)) &&
+            set(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE)))
+          add(a);
+      }
+    }
+    return out;
+  }
+
+  // The candidate of the lowest median time (kGemmTuneReps rounds); a candidate without split-K (no
+  // reduction kernel) wins when it is within kSplitKSlack of it. With GQATTN_ENGINE_GEMM_SEARCH=1
+  // the kGemmCandidates fastest of gemm_variants (kGemmSearchReps rounds each) are timed beside the
+  // heuristic's candidates. Candidates that fail to run are skipped. Synchronises the stream.
+  // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
+  cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
+                                         const std::vector<cublasLtMatmulAlgo_t>& heuristic, const void* w,
+                                         const void* x, void* y) {
+    std::vector<cublasLtMatmulAlgo_t> candidates(
+        heuristic.begin(), heuristic.begin() + std::min(heuristic.size(), size_t(kGemmCandidates)));
+    const size_t from_heuristic = candidates.size();
+    size_t searched = 0;
+    if (gemm_search_) {
+      const std::vector<cublasLtMatmulAlgo_t> variants = gemm_variants(p, candidates);
+      searched = variants.size();
+      const std::vector<float> quick = time_gemm_algos(p, variants, kGemmSearchReps, w, x, y);
+      std::vector<size_t> order(variants.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return quick[a] < quick[b]; });
+      for (size_t i = 0; i < order.size() && i < size_t(kGemmCandidates) && std::isfinite(quick[order[i]]); ++i)
+        candidates.push_back(variants[order[i]]);
+    }
+    const std::vector<float> ms = time_gemm_algos(p, candidates, kGemmTuneReps, w, x, y);
     const size_t fastest = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
     GQ_CHECK(std::isfinite(ms[fastest]), "gemm: none of cuBLASLt's ", candidates.size(), " candidate algorithms ran");
     size_t best = fastest;
     if (split_k(candidates[fastest]) > 1) {
-      for (size_t i = 0; i < count; ++i)
+      for (size_t i = 0; i < candidates.size(); ++i)
         if (split_k(candidates[i]) <= 1 && ms[i] <= ms[fastest] * kSplitKSlack && (best == fastest || ms[i] < ms[best]))
           best = i;
     }
     if (gemm_log_) {
       int32_t algo_id = -1;
-      uint32_t tile = 0;
+      uint32_t tile = 0, scheme = 0, swizzle = 0;
       size_t written = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&candidates[best], CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof(algo_id),
+      const cublasLtMatmulAlgo_t& b = candidates[best];
+      cublasLtMatmulAlgoConfigGetAttribute(&b, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof(algo_id), &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&b, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&b, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
                                            &written);
-      cublasLtMatmulAlgoConfigGetAttribute(&candidates[best], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
-                                           &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&b, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), &written);
+      const float best_heuristic = *std::min_element(ms.begin(), ms.begin() + from_heuristic);
       const double bytes = 2.0 * std::get<1>(key) * std::get<3>(key);
       std::fprintf(stderr,
-                   "gemm tune m %d n %d k %d: %zu candidates, heuristic's first %.1f us, chosen #%zu %.1f us "
-                   "(%.0f GB/s of weights; algo %d tile %u split-k %d)\n",
-                   std::get<1>(key), std::get<2>(key), std::get<3>(key), candidates.size(), ms[0] * 1e3, best,
-                   ms[best] * 1e3, bytes / (ms[best] * 1e6), algo_id, tile, split_k(candidates[best]));
+                   "gemm tune m %d n %d k %d: %zu candidates, heuristic's first %.1f us, best of them %.1f us; "
+                   "%zu variants searched; chosen #%zu%s %.1f us (%.0f GB/s of weights; algo %d tile %u split-k %d "
+                   "reduction %u swizzle %u)\n",
+                   std::get<1>(key), std::get<2>(key), std::get<3>(key), from_heuristic, ms[0] * 1e3,
+                   best_heuristic * 1e3, searched, best, best >= from_heuristic ? " (a variant)" : "", ms[best] * 1e3,
+                   bytes / (ms[best] * 1e6), algo_id, tile, split_k(b), scheme, swizzle);
     }
     return candidates[best];
   }
@@ -1046,6 +1149,7 @@ class CudaCompute final : public Compute {
   DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
+  bool gemm_search_ = false;  // GQATTN_ENGINE_GEMM_SEARCH: time gemm_variants beside the heuristic's candidates
   bool rope_store_disabled_ = false;  // GQATTN_DISABLE_ENGINE_ROPE_STORE: rope, then append_kv
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
