@@ -109,6 +109,16 @@ std::vector<SamplingParams> greedy_params(const std::vector<int>& lengths) {
   return out;
 }
 
+// The tiny model with 16 pages, a 16-token step budget and 6 requests at most: the six prompts of
+// 9, 30, 4, 17, 1 and 12 tokens take chunked prefills and preemptions there.
+RunnerConfig crowded_config() {
+  RunnerConfig rc = test::tiny_runner_config();
+  rc.max_num_batched_tokens = 16;
+  rc.num_pages = 16;
+  rc.max_num_seqs = 6;
+  return rc;
+}
+
 TEST(ContinuousBatching, GreedyTokensEqualRunningEachRequestAlone) {
   RunnerConfig rc = test::tiny_runner_config();
   const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
@@ -133,10 +143,7 @@ TEST(ContinuousBatching, GreedyTokensEqualRunningEachRequestAlone) {
 // tokens of the serial loop, through preemptions, requests finishing at different steps and
 // pages running out; and it is never queued where it cannot be known (EOS, sampling).
 TEST(ContinuousBatching, OverlappedStepsGiveTheSerialTokens) {
-  RunnerConfig rc = test::tiny_runner_config();
-  rc.max_num_batched_tokens = 16;
-  rc.num_pages = 16;
-  rc.max_num_seqs = 6;
+  const RunnerConfig rc = crowded_config();
   const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
   const auto params = greedy_params({20, 8, 25, 12, 30, 16});
   const BatchedRun serial = run_batched(rc, prompts, params, false, false);
@@ -201,10 +208,7 @@ TEST(ContinuousBatching, SeededSamplingIsIndependentOfBatching) {
 // runs it on the GPU) changes no request's tokens: the same greedy and seeded outputs after it,
 // with chunked prefills and preemptions that reuse page 0.
 TEST(Engine, WarmUpChangesNoTokens) {
-  RunnerConfig rc = test::tiny_runner_config();
-  rc.max_num_batched_tokens = 16;
-  rc.num_pages = 16;
-  rc.max_num_seqs = 6;
+  const RunnerConfig rc = crowded_config();
   const auto prompts = test::make_prompts({9, 30, 4, 17, 1, 12}, rc.model.vocab_size, 3);
   std::vector<SamplingParams> params = greedy_params({20, 8, 25, 12, 30, 16});
   params[2].temperature = 0.8f;
