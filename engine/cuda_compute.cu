@@ -67,9 +67,9 @@ constexpr int kGemmTuneMaxRows = 256;
 constexpr int kGemmTuneReps = 7;
 constexpr int kL2FlushFactor = 2;
 constexpr float kSplitKSlack = 1.02f;
-// GQATTN_ENGINE_GEMM_SEARCH=1 (gemm_variants): split-K counts tried on each heuristic candidate,
-// the most variants a shape, and the timed rounds each before the fastest kGemmCandidates join the
-// heuristic's candidates.
+// The search of gemm_variants (GQATTN_DISABLE_ENGINE_GEMM_SEARCH=1: none): split-K counts tried on
+// each heuristic candidate, the most variants a shape, and the timed rounds each before the
+// fastest kGemmCandidates join the heuristic's candidates.
 constexpr int32_t kGemmSearchSplits[] = {1, 2, 3, 4, 6, 8};
 constexpr int kGemmSearchMax = 256;
 constexpr int kGemmSearchReps = 3;
@@ -538,7 +538,7 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
-    gemm_search_ = env_flag("GQATTN_ENGINE_GEMM_SEARCH");
+    gemm_search_ = !env_flag("GQATTN_DISABLE_ENGINE_GEMM_SEARCH");
     rope_store_disabled_ = env_flag("GQATTN_DISABLE_ENGINE_ROPE_STORE");
   }
   ~CudaCompute() override {
@@ -991,7 +991,7 @@ class CudaCompute final : public Compute {
     return ms;
   }
 
-  // GQATTN_ENGINE_GEMM_SEARCH=1: configurations of the heuristic's algorithms that it did not offer,
+  // Configurations of the heuristic's algorithms that it did not offer (perf-notes item 221),
   // each accepted by cublasLtMatmulAlgoCheck within the workspace, none equal to a candidate: for
   // each candidate, every split-K count of kGemmSearchSplits (each reduction scheme the algorithm
   // supports) with CTA swizzling off and on, and every tile the algorithm lists (unsplit); at most
@@ -1057,8 +1057,8 @@ class CudaCompute final : public Compute {
   }
 
   // The candidate of the lowest median time (kGemmTuneReps rounds); a candidate without split-K (no
-  // reduction kernel) wins when it is within kSplitKSlack of it. With GQATTN_ENGINE_GEMM_SEARCH=1
-  // the kGemmCandidates fastest of gemm_variants (kGemmSearchReps rounds each) are timed beside the
+  // reduction kernel) wins when it is within kSplitKSlack of it. Unless GQATTN_DISABLE_ENGINE_GEMM_SEARCH
+  // is set, the kGemmCandidates fastest of gemm_variants (kGemmSearchReps rounds each) are timed beside the
   // heuristic's candidates. Candidates that fail to run are skipped. Synchronises the stream.
   // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
   cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
@@ -1149,7 +1149,7 @@ class CudaCompute final : public Compute {
   DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
-  bool gemm_search_ = false;  // GQATTN_ENGINE_GEMM_SEARCH: time gemm_variants beside the heuristic's candidates
+  bool gemm_search_ = true;  // off with GQATTN_DISABLE_ENGINE_GEMM_SEARCH: only the heuristic's candidates timed
   bool rope_store_disabled_ = false;  // GQATTN_DISABLE_ENGINE_ROPE_STORE: rope, then append_kv
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;
