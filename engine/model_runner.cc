@@ -469,8 +469,14 @@ void ModelRunner::warm_up() {
     f.sample_rows = {n - 1};
     forward(f);
   }
-  std::vector<int> sizes = buckets_;
-  if (sizes.empty()) sizes.push_back(config_.max_num_seqs);
+  // Only the decode batches the scheduler can form: a request decodes into a page of its own, so
+  // at most num_pages requests (as probe_step_plans checks). A larger bucket would never replay,
+  // and its plan may pass limits the probe did not check (the warm-up would throw).
+  const int requests = std::min(config_.max_num_seqs, num_pages_);
+  std::vector<int> sizes;
+  for (int b : buckets_)
+    if (b <= graph_bucket(requests)) sizes.push_back(b);
+  if (buckets_.empty()) sizes.push_back(requests);
   for (int b : sizes) {
     // kv_len 1, not 0: the plan (and so the graph's grid) has a work item a request and K/V head
     // as real steps do (perf-notes item 171's grid).

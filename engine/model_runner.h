@@ -89,8 +89,9 @@ class ModelRunner {
   // (batch.token_ids is not read), so step n + 1 can be queued before step n's tokens are known.
   void forward(const ForwardBatch& batch, bool tokens_from_last = false);
   // A prefill of one request of max_num_batched_tokens tokens (at most the pool's), then one
-  // decode step of every CUDA-graph batch bucket (without graphs, of max_num_seqs requests), each
-  // request one token at position 0 over one key in page 0: the GEMMs' tuning, the kernels loaded
+  // decode step of every CUDA-graph batch bucket up to the most requests a step holds
+  // (max_num_seqs, at most one a page; without graphs, of that many requests), each request one
+  // token at position 0 over one key in page 0: the GEMMs' tuning, the kernels loaded
   // on first use and the graphs' capture happen here, not in the first requests' steps (as
   // serving engines warm up at start: vLLM captures its graphs before serving). Writes only pages
   // no request owns yet, whose owners write every slot before reading it. Call before the first

@@ -263,7 +263,8 @@ TEST(GpuEngine, HundredTwentyEightRequestsSurvivePreemption) {
 // requests x 4 K/V heads: 160,000 work items, more than a plan's 2^17) fails when the runner is
 // built, naming the setting, where it would have failed at the first such step of a run. The
 // same --max-num-seqs over a pool of 256 pages builds (a step holds at most a request a page), and
-// so do half as many requests over a pool that holds them all.
+// its engine warms up (decode steps of at most 256 requests), and so do half as many requests over
+// a pool that holds them all.
 TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
   GQ_REQUIRE_GPU();
   RunnerConfig rc = test::tiny_runner_config(4);
@@ -283,6 +284,7 @@ TEST(GpuEngine, AConfigurationPastThePlansLimitsFailsAtStartUp) {
   }
   rc.num_pages = 256;
   EXPECT_NO_THROW(test::make_runner(rc, "cuda"));
+  EXPECT_NO_THROW({ Engine engine(test::make_runner(rc, "cuda")); });
   rc.max_num_seqs = rc.max_num_batched_tokens = 20000;
   rc.num_pages = 20000;
   EXPECT_NO_THROW(test::make_runner(rc, "cuda"));
