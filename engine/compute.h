@@ -135,6 +135,11 @@ class Compute {
   }
   // CUDA graphs captured so far (a failed capture is reported on stderr and leaves steps eager).
   virtual int num_graphs() const { return 0; }
+  // While on, a GEMM shape met for the first time is tuned over more than its heuristic's
+  // candidates (CUDA: the search of perf-notes item 221, ~0.1 s a shape). ModelRunner::warm_up
+  // turns it on for its steps only, so a shape first met inside a run (after a preemption, say)
+  // costs the step no more than the heuristic's candidates. A no-op without a tuner.
+  virtual void set_gemm_search(bool on) { (void)on; }
 
  private:
   std::vector<char> host_slots_[kDownloadSlots];  // download_start's buffers (this default)

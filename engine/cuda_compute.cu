@@ -538,7 +538,7 @@ class CudaCompute final : public Compute {
     cublas_workspace_ = alloc(kCublasWorkspaceBytes);
     for (cudaEvent_t& e : tune_events_) GQ_CUDA_CHECK(cudaEventCreate(&e));
     gemm_log_ = env_flag("GQATTN_ENGINE_GEMM_LOG");
-    gemm_search_ = !env_flag("GQATTN_DISABLE_ENGINE_GEMM_SEARCH");
+    gemm_search_allowed_ = !env_flag("GQATTN_DISABLE_ENGINE_GEMM_SEARCH");
     rope_store_disabled_ = env_flag("GQATTN_DISABLE_ENGINE_ROPE_STORE");
   }
   ~CudaCompute() override {
@@ -878,6 +878,7 @@ class CudaCompute final : public Compute {
     }
   }
   int num_graphs() const override { return int(graphs_.size()); }
+  void set_gemm_search(bool on) override { gemm_search_ = on && gemm_search_allowed_; }
 
  private:
   // Reads the whole flush buffer, leaving the L2 full of its clean lines (GEMM tuning).
@@ -993,9 +994,10 @@ class CudaCompute final : public Compute {
 
   // Configurations of the heuristic's algorithms that it did not offer (perf-notes item 221),
   // each accepted by cublasLtMatmulAlgoCheck within the workspace, none equal to a candidate: for
-  // each candidate, every split-K count of kGemmSearchSplits (each reduction scheme the algorithm
-  // supports) with CTA swizzling off and on, and every tile the algorithm lists (unsplit); at most
-  // kGemmSearchMax of them.
+  // each candidate in turn, every split-K count of kGemmSearchSplits (reduced in fp32, where the
+  // algorithm supports it) with CTA swizzling off and on, then every tile the algorithm lists
+  // (unsplit); at most kGemmSearchMax of them (the cap can end the list within the first few
+  // candidates).
   std::vector<cublasLtMatmulAlgo_t> gemm_variants(GemmPlan& p, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
     std::vector<cublasLtMatmulAlgo_t> out;
     auto known = [&](const cublasLtMatmulAlgo_t& a) {
@@ -1024,9 +1026,10 @@ class CudaCompute final : public Compute {
                                         sizeof(swizzle_support), &written);
       for (int32_t splits : kGemmSearchSplits) {
         if (splits > 1 && !splitk_support) continue;
-        for (uint32_t scheme : {uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE), uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE),
-                                uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
-                                uint32_t(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)}) {
+        // Split-K partial sums are reduced in fp32 (COMPUTE_TYPE) only: INPLACE and OUTPUT_TYPE would
+        // add them in the output's bf16.
+        for (uint32_t scheme :
+             {uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE), uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)}) {
           if ((splits == 1) != (scheme == CUBLASLT_REDUCTION_SCHEME_NONE)) continue;
           if (splits > 1 && !(schemes & scheme)) continue;
           for (uint32_t swizzle = 0; swizzle <= (swizzle_support ? 1u : 0u); ++swizzle) {
@@ -1057,9 +1060,10 @@ class CudaCompute final : public Compute {
   }
 
   // The candidate of the lowest median time (kGemmTuneReps rounds); a candidate without split-K (no
-  // reduction kernel) wins when it is within kSplitKSlack of it. Unless GQATTN_DISABLE_ENGINE_GEMM_SEARCH
-  // is set, the kGemmCandidates fastest of gemm_variants (kGemmSearchReps rounds each) are timed beside the
-  // heuristic's candidates. Candidates that fail to run are skipped. Synchronises the stream.
+  // reduction kernel) wins when it is within kSplitKSlack of it. While the search is on
+  // (set_gemm_search), the kGemmCandidates fastest of gemm_variants (kGemmSearchReps rounds each)
+  // are timed beside the heuristic's candidates. Candidates that fail to run are skipped.
+  // Synchronises the stream.
   // GQATTN_ENGINE_GEMM_LOG=1 prints each tuned shape's outcome to stderr.
   cublasLtMatmulAlgo_t fastest_gemm_algo(GemmPlan& p, const GemmKey& key,
                                          const std::vector<cublasLtMatmulAlgo_t>& heuristic, const void* w,
@@ -1149,7 +1153,10 @@ class CudaCompute final : public Compute {
   DeviceBuffer l2_flush_, l2_sink_;
   bool l2_flush_failed_ = false;
   bool gemm_log_ = false;  // GQATTN_ENGINE_GEMM_LOG: print each tuned GEMM shape's outcome
-  bool gemm_search_ = true;  // off with GQATTN_DISABLE_ENGINE_GEMM_SEARCH: only the heuristic's candidates timed
+  // The search of gemm_variants: on between set_gemm_search(true) and (false), unless
+  // GQATTN_DISABLE_ENGINE_GEMM_SEARCH is set (then only the heuristic's candidates are timed).
+  bool gemm_search_allowed_ = true;
+  bool gemm_search_ = false;
   bool rope_store_disabled_ = false;  // GQATTN_DISABLE_ENGINE_ROPE_STORE: rope, then append_kv
   std::map<int, cudaGraphExec_t> graphs_;
   bool graphs_failed_ = false;

@@ -454,6 +454,12 @@ void ModelRunner::forward(const ForwardBatch& batch, bool tokens_from_last) {
 }
 
 void ModelRunner::warm_up() {
+  // The GEMM tuner's wider search for the shapes tuned here (not for those first met in a run).
+  struct Search {
+    Compute& c;
+    explicit Search(Compute& compute) : c(compute) { c.set_gemm_search(true); }
+    ~Search() { c.set_gemm_search(false); }
+  } search(*compute_);
   {  // A prefill of one request over the first pages: the prefill kernels' and cuBLASLt's first use.
     const int n = std::min({config_.max_num_batched_tokens, max_model_len_, num_pages_ * config_.page_size});
     const int pages = (n + config_.page_size - 1) / config_.page_size;
