@@ -22,6 +22,8 @@
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 # (Steps w216, e188 and w192 ran in session 44: item 216 rejected, items 188 and 192 landed;
 # perf-notes items 218-220.)
+#   g221  the engine's GEMM search (item 221) against wip/engine-gemm-search-tiles-first.patch at
+#         32 / 8 / 1 K/V heads, the tuner's log on (~220 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -35,7 +37,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|g221|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -141,6 +143,27 @@ case $step in
     [[ $step == t213 ]] && SPLIT_PROBE_CHUNKS="128 256 512" LOG_DIR=$L/sp scripts/split_probe.sh build-gpu/gqattn-bench
     exit $rc
     ;;
+  g221)
+    # The GEMM search as landed (item 221) against wip/engine-gemm-search-tiles-first.patch: the
+    # engine at 32 / 8 / 1 K/V heads with the tuner's log, main's build first, then the patch
+    # applied to this copy of the tree and only the engine rebuilt (reverted after).
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    engine_runs() {
+      local h
+      for h in 32 8 1; do
+        GQATTN_ENGINE_GEMM_LOG=1 timeout 120 build-gpu/gqattn-serve bench --device cuda --model llama2-7b \
+          --num-kv-heads "$h" --csv "$L/e2e_$1.csv" > "$L/$1_kv$h.log" 2>&1
+        echo "$1 kv$h: $(grep -E '^total' "$L/$1_kv$h.log")"
+      done
+    }
+    engine_runs main
+    git apply wip/engine-gemm-search-tiles-first.patch || exit 1
+    rc=0
+    cmake --build build-gpu --target gqattn-serve > "$L/patch_build.log" 2>&1 && engine_runs patch || rc=1
+    git apply -R wip/engine-gemm-search-tiles-first.patch
+    grep -h "gemm tune" "$L"/*_kv1.log | grep " n 128 "
+    exit $rc
+    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -168,7 +191,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, g221, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
