@@ -4,8 +4,8 @@
 // elementwise ones on shapes that take the 16-byte vector kernels (Llama's 4096 / 11008 / head_dim
 // 128, 128 rows) and shapes whose length, stride or offset forces the scalar
 // ones; the cuBLASLt GEMM tuned (<= 256 tokens), untuned (more), with padded strides, fp32 output,
-// repeatable bit for bit, and first met inside a stream capture. Layer: tests (label gpu; skipped
-// with a message without a GPU).
+// repeatable bit for bit, first met inside a stream capture, and chosen by the search of item 221
+// (perf-notes) on the decode shapes. Layer: tests (label gpu; skipped with a message without a GPU).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -382,6 +382,36 @@ struct GemmCase {
   int64_t offset;  // elements x starts past an aligned address
 };
 
+// y (its bytes as downloaded, rows of m + pad) against the float64 product x . w^T: every column,
+// or (column_step > 1) every column_step-th, starting at a column that moves with the row.
+void expect_host_product(const GemmCase& c, const DeviceMatrix& x, const DeviceMatrix& w, const std::vector<char>& y,
+                         int column_step) {
+  for (int i = 0; i < c.n; ++i) {
+    for (int o = i % column_step; o < c.m; o += column_step) {
+      double want = 0, magnitude = 0;
+      for (int j = 0; j < c.k; ++j) {
+        const double p =
+            double(bf16_to_float(x.bf16[size_t(i * (c.k + c.pad) + j)])) * bf16_to_float(w.bf16[size_t(o) * c.k + j]);
+        want += p;
+        magnitude += std::abs(p);
+      }
+      const size_t at = size_t(i * (c.m + c.pad) + o);
+      double got = 0;
+      if (c.out == DType::kBF16) {
+        uint16_t bits = 0;
+        std::memcpy(&bits, y.data() + at * 2, 2);
+        got = bf16_to_float(bits);
+      } else {
+        float f = 0;
+        std::memcpy(&f, y.data() + at * 4, 4);
+        got = f;
+      }
+      const double tol = (c.out == DType::kBF16 ? kBf16Rel * std::abs(want) : 0) + 1e-5 * magnitude + 1e-6;
+      ASSERT_NEAR(got, want, tol) << "row " << i << " column " << o;
+    }
+  }
+}
+
 // y = x . w^T against a float64 host product, twice (the second run takes the cached algorithm)
 // with bit-equal results.
 TEST_F(ComputeOps, GemmMatchesTheHostAndRepeatsBitForBit) {
@@ -403,30 +433,31 @@ TEST_F(ComputeOps, GemmMatchesTheHostAndRepeatsBitForBit) {
     };
     const std::vector<char> first = run();
     ASSERT_EQ(run(), first) << "a second run differs";
-    for (int i = 0; i < c.n; ++i) {
-      for (int o = 0; o < c.m; ++o) {
-        double want = 0, magnitude = 0;
-        for (int j = 0; j < c.k; ++j) {
-          const double p = double(bf16_to_float(x.bf16[size_t(i * (c.k + c.pad) + j)])) *
-                           bf16_to_float(w.bf16[size_t(o) * c.k + j]);
-          want += p;
-          magnitude += std::abs(p);
-        }
-        const size_t at = size_t(i * (c.m + c.pad) + o);
-        double got = 0;
-        if (c.out == DType::kBF16) {
-          uint16_t bits = 0;
-          std::memcpy(&bits, first.data() + at * 2, 2);
-          got = bf16_to_float(bits);
-        } else {
-          float f = 0;
-          std::memcpy(&f, first.data() + at * 4, 4);
-          got = f;
-        }
-        const double tol = (c.out == DType::kBF16 ? kBf16Rel * std::abs(want) : 0) + 1e-5 * magnitude + 1e-6;
-        ASSERT_NEAR(got, want, tol) << "row " << i << " column " << o;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_host_product(c, x, w, first, 1));
+  }
+}
+
+// With the tuner's search on (as in the engine's warm-up: perf-notes item 221), the chosen
+// configuration, a heuristic candidate or a variant of one (split-K reduced in fp32, another tile),
+// still gives the float64 product on the Llama-2-7B decode shapes at 128 tokens (every 29th
+// output column checked), and repeats bit for bit.
+TEST_F(ComputeOps, GemmSearchedConfigurationsMatchTheHost) {
+  gpu_->set_gemm_search(true);
+  for (const GemmCase& c : {GemmCase{128, 4096, 4096, DType::kBF16, 0, 0}, GemmCase{128, 4096, 11008, DType::kBF16, 0, 0},
+                            GemmCase{128, 4352, 4096, DType::kBF16, 0, 0}, GemmCase{32, 4096, 4096, DType::kFP32, 0, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << ", m " << c.m << ", k " << c.k << ", " << dtype_name(c.out));
+    DeviceMatrix x = matrix(DType::kBF16, c.n, c.k, c.k, 1.f);
+    DeviceMatrix w = matrix(DType::kBF16, c.m, c.k, c.k, 0.05f);
+    DeviceMatrix y = matrix(c.out, c.n, c.m, c.m, 0.f);
+    const auto run = [&] {
+      gpu_->gemm(x.view, w.view, y.view);
+      std::vector<char> bytes(size_t(c.n * c.m) * dtype_size(c.out));
+      gpu_->download(bytes.data(), y.view.data, bytes.size());
+      return bytes;
+    };
+    const std::vector<char> first = run();
+    ASSERT_EQ(run(), first) << "a second run differs";
+    ASSERT_NO_FATAL_FAILURE(expect_host_product(c, x, w, first, 29));
   }
 }
 
