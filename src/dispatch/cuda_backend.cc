@@ -246,9 +246,9 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
            inputs.fixed_split_size, "): the split's ", list.partial_rows, " partial rows exceed the workspace's ",
            layout.partial_rows_cap, " (a larger workspace or chunk)");
   // Fewer, longer chunks until the partial results fit the workspace.
+  int max_kv = 0;
+  for (int32_t len : plan.kv_len) max_kv = std::max(max_kv, len);
   while (list.partial_rows > layout.partial_rows_cap && kv_chunk > 0) {
-    int max_kv = 0;
-    for (int32_t len : plan.kv_len) max_kv = std::max(max_kv, len);
     // In int64: a chunk past 2^30 keys doubles past INT32_MAX; it then holds every request whole.
     const int64_t doubled = int64_t(kv_chunk) * 2;
     kv_chunk = doubled >= max_kv ? 0 : static_cast<int>(doubled);
