@@ -140,6 +140,10 @@ class Compute {
   // turns it on for its steps only, so a shape first met inside a run (after a preemption, say)
   // costs the step no more than the heuristic's candidates. A no-op without a tuner.
   virtual void set_gemm_search(bool on) { (void)on; }
+  // Starts (on) or stops (off) the profiler's collection window (CUDA: cudaProfilerStart / Stop,
+  // for `ncu --profile-from-start off`; gqattn-serve bench's GQATTN_PROFILE_STEPS). A no-op without
+  // a profiler.
+  virtual void set_profiling(bool on) { (void)on; }
 
  private:
   std::vector<char> host_slots_[kDownloadSlots];  // download_start's buffers (this default)

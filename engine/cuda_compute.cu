@@ -5,6 +5,7 @@
 // Layer: engine (kernels + host launchers). Every CUDA and cuBLAS call is checked.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -879,6 +880,7 @@ class CudaCompute final : public Compute {
   }
   int num_graphs() const override { return int(graphs_.size()); }
   void set_gemm_search(bool on) override { gemm_search_ = on && gemm_search_allowed_; }
+  void set_profiling(bool on) override { GQ_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
  private:
   // Reads the whole flush buffer, leaving the L2 full of its clean lines (GEMM tuning).

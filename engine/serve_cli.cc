@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -85,6 +86,24 @@ using cli::parse_int;
 using cli::parse_int64;
 using cli::UsageError;
 
+// GQATTN_PROFILE_STEPS=FIRST[:COUNT] (default COUNT 2): the bench's steps FIRST .. FIRST + COUNT - 1
+// (from 0, every step counted) run inside the profiler's window, for `ncu --profile-from-start off`
+// (scripts/profile_engine.sh). With the step overlap a step's call also queues the next step, so
+// the window holds about COUNT steps' launches. Unset: first = -1, no window.
+struct ProfileWindow {
+  int64_t first = -1, count = 0;
+};
+ProfileWindow parse_profile_window() {
+  const char* env = std::getenv("GQATTN_PROFILE_STEPS");
+  ProfileWindow w;
+  if (env == nullptr || *env == '\0') return w;
+  const std::string v = env;
+  const size_t colon = v.find(':');
+  w.first = parse_int64("GQATTN_PROFILE_STEPS", v.substr(0, colon), 0, INT32_MAX);
+  w.count = colon == std::string::npos ? 2 : parse_int64("GQATTN_PROFILE_STEPS", v.substr(colon + 1), 1, INT32_MAX);
+  return w;
+}
+
 struct Options {
   std::string command;
   std::string model;
@@ -104,6 +123,7 @@ struct Options {
   double bandwidth_gbps = 0;
   bool cuda_graph = true;
   bool prefix_caching = false;
+  ProfileWindow profile;  // GQATTN_PROFILE_STEPS (bench)
   std::vector<int32_t> prompt;
   int max_new_tokens = 16;
   float temperature = 0.f;
@@ -207,6 +227,7 @@ Options parse_args(int argc, char** argv) {
     throw UsageError{"--num-kv-heads: the model is --weights' " + hf_config_path(opt.weights) +
                      " (no --model given), whose num_key_value_heads are its K/V heads; --num-kv-heads "
                      "overrides a --model preset's only"};
+  opt.profile = parse_profile_window();
   return opt;
 }
 
@@ -318,8 +339,11 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
   const int64_t total_tokens = int64_t(opt.requests) * opt.output_len;
   int64_t generated = 0;
   double decode_seconds = 0, decode_floor = 0, decode_launch = 0, decode_wait = 0, last_progress = -1;
-  while (engine.has_unfinished()) {
+  const ProfileWindow& profile = opt.profile;
+  for (int64_t step = 0; engine.has_unfinished(); ++step) {
+    if (step == profile.first) runner.compute().set_profiling(true);
     const StepStats s = engine.step();
+    if (step == profile.first + profile.count - 1) runner.compute().set_profiling(false);
     r.seconds += s.seconds;
     generated += s.num_sampled;
     r.preemptions += s.num_preempted;

@@ -21,9 +21,10 @@
 #         the engine's gqattn runs), then the wave rows (bench/sweeps/ab/decode_waves_hd128.csv)
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 # (Steps w216, e188 and w192 ran in session 44: item 216 rejected, items 188 and 192 landed;
-# perf-notes items 218-220.)
-#   g221  the engine's GEMM search (item 221) against wip/engine-gemm-search-tiles-first.patch at
-#         32 / 8 / 1 K/V heads, the tuner's log on (~220 s)
+# g221 ran in session 45: its patch rejected, perf-notes item 226.)
+#   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
+#         of context, MHA at ~730 (~300 s)
+#   p64   the engine at page 64 against page 16 (e2e_ab.sh; MHA twice each, GQA-8 and MQA once) (~320 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -37,7 +38,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|g221|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|p64|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -79,6 +80,7 @@ if [[ $step == check ]]; then
     stacked+="${s##* } "
   done
   for p in wip/*.patch; do
+    [[ -e $p ]] || continue  # no patch in wip/
     [[ "$stacked" == *" $p "* ]] && continue
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
@@ -143,25 +145,28 @@ case $step in
     [[ $step == t213 ]] && SPLIT_PROBE_CHUNKS="128 256 512" LOG_DIR=$L/sp scripts/split_probe.sh build-gpu/gqattn-bench
     exit $rc
     ;;
-  g221)
-    # The GEMM search as landed (item 221) against wip/engine-gemm-search-tiles-first.patch: the
-    # engine at 32 / 8 / 1 K/V heads with the tuner's log, main's build first, then the patch
-    # applied to this copy of the tree and only the engine rebuilt (reverted after).
+  pe)
+    # The engine's decode step per kernel (profile_engine.sh, the engine's own profiler window):
+    # MHA and MQA at ~180 tokens of context, MHA again at ~730 (late in the table's run), to see
+    # what holds MHA's step above its floor (perf-notes item 225).
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    engine_runs() {
-      local h
-      for h in 32 8 1; do
-        GQATTN_ENGINE_GEMM_LOG=1 timeout 120 build-gpu/gqattn-serve bench --device cuda --model llama2-7b \
-          --num-kv-heads "$h" --csv "$L/e2e_$1.csv" > "$L/$1_kv$h.log" 2>&1
-        echo "$1 kv$h: $(grep -E '^total' "$L/$1_kv$h.log")"
-      done
+    prof() {  # prof NAME HEADS STEP OUTPUT_LEN
+      STEP=$3 OUTPUT_LEN=$4 timeout 150 scripts/profile_engine.sh build-gpu "$2" "$L/$1.csv" > "$L/$1.txt" 2>&1
+      echo "== $1"; head -24 "$L/$1.txt"; rm -f "$L/$1.csv"; save
     }
-    engine_runs main
-    git apply wip/engine-gemm-search-tiles-first.patch || exit 1
+    prof mha_s150 32 150 400
+    prof mqa_s150 1 150 400
+    prof mha_s700 32 700 992
+    ;;
+  p64)
+    # The engine's page size (items 185, 229): page 64 against the default 16 on the H200, whose
+    # pools hold every request (the H100's A/B, item 219, had MHA's step 0.19 ms shorter at page 64
+    # but preempted). MHA in the order p16, p64, p64, p16; GQA-8 and MQA once each.
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     rc=0
-    cmake --build build-gpu --target gqattn-serve > "$L/patch_build.log" 2>&1 && engine_runs patch || rc=1
-    git apply -R wip/engine-gemm-search-tiles-first.patch
-    grep -h "gemm tune" "$L"/*_kv1.log | grep " n 128 "
+    E2E_HEADS=32 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/mha" "p16:" "p64:--page-size=64" || rc=1; save
+    E2E_HEADS="8 1" E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/gqa" "p16:" "p64:--page-size=64" || rc=1
+    cat "$L/mha/summary.txt" "$L/gqa/summary.txt"
     exit $rc
     ;;
   land)
@@ -191,7 +196,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, g221, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, p64, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -5,7 +5,9 @@
 #                                      portable kernel), Python, memcheck/racecheck/synccheck, and
 #                                      the single-case checks below (~7 min)
 #   scripts/final_gpu_run.sh measure   prefill and decode sweeps with peers and reports, the engine
-#                                      table (gqattn, expand, 55 GiB pool) (~6-8 min)
+#                                      table (gqattn, expand, 55 GiB pool) (over 10 min on the H200:
+#                                      prefill ~2.5, e2e ~6.5; MEASURE_E2E=0 or MEASURE_DECODE=0
+#                                      leave a part out)
 #   scripts/final_gpu_run.sh land      after a kernel change lands: full build, the decode sweep
 #                                      with peers and report (first), every ctest, the sanitizer
 #                                      subset, the engine's three gqattn runs (~7 min)
@@ -40,7 +42,12 @@ case $mode in
     # long prefill row are a burst above the card's sustained power (1 x 16K non-causal: the first
     # calls at ~700 TFLOP/s, then ~616, ours and cuDNN alike; perf-notes item 159).
     BENCH_FAMILIES=prefill PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2 || status=1; save
-    E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt" || status=1; save
+    # The engine table: ~6.5 min on the H200 since the warm-up and the GEMM search (session 45:
+    # prefill and e2e together passed the 560 s limit), so MEASURE_E2E=0 leaves it to a call of its
+    # own (gpu_check.sh build e2e).
+    if [ "${MEASURE_E2E:-1}" = 1 ]; then
+      E2E_TIMEOUT=100 scripts/gpu_check.sh e2e 2>&1 | grep -E "^--|^total|ratio to|preempt" || status=1; save
+    fi
     [ "${MEASURE_DECODE:-1}" = 0 ] && { echo "decode sweep skipped (MEASURE_DECODE=0)"; save; exit $status; }
     BENCH_FAMILIES=decode PEERS=sdpa_flash,sdpa_cudnn,expand_sdpa scripts/gpu_check.sh bench 2>&1 | tail -2 || status=1; save
     ;;

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Per-kernel time of the engine's decode steps (ncu, clocks left alone), aggregated by kernel name.
-# Usage: scripts/profile_engine.sh BUILD_DIR NUM_KV_HEADS [OUT_CSV]
-# Profiles 2 decode steps of llama2-7b with 128 requests at ~200 tokens of context.
+# Usage: [STEP=150] [OUTPUT_LEN=400] scripts/profile_engine.sh BUILD_DIR NUM_KV_HEADS [OUT_CSV]
+# Profiles decode steps STEP and STEP + 1 of llama2-7b with 128 requests x (32 + OUTPUT_LEN) tokens
+# (STEP 150: ~180 tokens of context; STEP must be below OUTPUT_LEN). The window is the engine's
+# (GQATTN_PROFILE_STEPS: cudaProfilerStart / Stop around those steps, ncu --profile-from-start off),
+# not a launch count: the start-up's warm-up and GEMM search launch thousands of kernels first
+# (session 45: a launch skip of 60,000 landed inside the search).
 set -euo pipefail
 BUILD=$1 HEADS=$2 OUTCSV=${3:-/tmp/profile_kv$2.csv}
-# Launches before the profiled window: weight init, the chunked prefill, ~150 decode steps.
+STEP=${STEP:-150} OUTPUT_LEN=${OUTPUT_LEN:-400}
 NCU=${NCU:-ncu}
-$NCU --clock-control none --graph-profiling node --launch-skip "${SKIP:-60000}" --launch-count "${COUNT:-700}" \
-  --metrics gpu__time_duration.sum --csv \
+GQATTN_PROFILE_STEPS="$STEP:2" $NCU --clock-control none --graph-profiling node --profile-from-start off \
+  --launch-count "${COUNT:-1500}" --metrics gpu__time_duration.sum --csv \
   "$BUILD/gqattn-serve" bench --device cuda --model llama2-7b --num-kv-heads "$HEADS" --requests 128 \
-  --prompt-len 32 --output-len 400 > "$OUTCSV" 2>/dev/null || true
+  --prompt-len 32 --output-len "$OUTPUT_LEN" > "$OUTCSV" 2>/dev/null || true
 python3 - "$OUTCSV" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
