@@ -60,6 +60,7 @@ head_dim 128) with 32, 8 and 1 KV heads, decode and prefill; on the GPU at batch
   --settle-ms N                GPU: the host sleeps N ms before each case's timed runs, so that
                                the card's power average (and its SM clock) recovers from the
                                rows before it, as between the peers' Python-timed rows (default 0)
+  --layout nhd|hnd             the paged cases' page layout, in a sweep too (default nhd)
   --cuda-graph 0|1             GPU: plan each case as the engine's CUDA-graph decode steps do
                                (PlanInputs::enable_cuda_graph and graph_per_split: a fixed grid,
                                the kernel chosen from the batch alone) (default 0)
@@ -74,7 +75,6 @@ One case (any of these selects single-case mode; --family picks decode or prefil
   --qo-len N                   new tokens per request (default 1 for decode, kv-len for prefill)
   --kv-len N                   keys per request, new tokens included (default 1024)
   --causal 0|1                 (default 1; decode is always causal)
-  --layout nhd|hnd             page layout (default nhd)
 
 Flags also take the --flag=value form. Exit code 0 on success, 2 on a bad flag, 1 when the
 single case is rejected, a case fails or --device cuda finds no GPU (a sweep row or default case
@@ -96,6 +96,7 @@ struct Options {
   int kv_chunk = 0;
   int settle_ms = 0;
   bool cuda_graph = false;
+  KVLayout layout = KVLayout::kNHD;  // every case's page layout (--layout)
   bool iters_given = false;
   bool help = false;
   bool single = false;
@@ -152,6 +153,8 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--kv-chunk") opt.kv_chunk = parse_int(flag, value);
     else if (flag == "--settle-ms") opt.settle_ms = parse_int(flag, value);
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
+    else if (flag == "--layout")
+      opt.layout = parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
     else {
       opt.single = true;
       if (flag == "--dtype") c.dtype = parse_dtype(flag, value);
@@ -163,7 +166,6 @@ Options parse_args(int argc, char** argv) {
       else if (flag == "--qo-len") { c.qo_len = parse_int(flag, value); opt.qo_len_given = true; }
       else if (flag == "--kv-len") c.kv_len = parse_int(flag, value);
       else if (flag == "--causal") c.causal = parse_bool01(flag, value);
-      else if (flag == "--layout") c.layout = parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
     }
   }
   if (opt.max_splits < 0) throw UsageError{"--max-splits: must be >= 0, got " + std::to_string(opt.max_splits)};
@@ -436,7 +438,7 @@ Row case_row(const BenchCase& c, const BenchResult& r, bool ran, bool cpu) {
           std::to_string(c.num_qo_heads), std::to_string(c.num_kv_heads), std::to_string(c.head_dim),
           std::to_string(c.page_size), std::to_string(c.batch), std::to_string(c.qo_len),
           std::to_string(c.kv_len), c.causal ? "1" : "0",
-          "", "", is_decode(c) ? "GB/s" : "TFLOP/s", "", r.status};
+          "", "", is_decode(c) ? "GB/s" : "TFLOP/s", "", r.status, ""};
   if (ran) {
     row.median_us = fmt(r.median_us, "%.3f");
     row.achieved = fmt(r.achieved, "%.6g");
@@ -522,6 +524,7 @@ int run(const Options& opt) {
     c.fixed_split_size = opt.kv_chunk;
     c.settle_ms = opt.settle_ms;
     c.cuda_graph = opt.cuda_graph;
+    c.layout = opt.layout;
   }
 
   // One set of rules: a single case the library would reject is an error (exit 1).

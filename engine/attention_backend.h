@@ -43,10 +43,13 @@ struct AttentionMetadata {
   int decode_pages() const { return kv_page_indptr[size_t(num_decode)]; }
 };
 
-// One layer's K/V pools, NHD: [num_pages, page_size, num_kv_heads, head_dim] each.
+// One layer's K/V pools, each [num_pages, page_size, num_kv_heads, head_dim] (NHD, the default,
+// vLLM's and FlashInfer's) or [num_pages, num_kv_heads, page_size, head_dim] (HND: a page's keys of
+// one head contiguous; RunnerConfig::kv_layout).
 struct LayerCache {
   TensorView k_pages;
   TensorView v_pages;
+  KVLayout layout = KVLayout::kNHD;
 };
 
 // What a backend is built for.

@@ -45,7 +45,7 @@ class ExpandBackend final : public AttentionBackend {
   void forward(const LayerCache& cache, const TensorView& q, const TensorView& o,
                const AttentionMetadata& meta) override {
     compute_.expand_kv_pages(step_kv(cache, meta), meta.batch(), k_scratch_, v_scratch_);
-    step_.run(q, o, k_scratch_, v_scratch_, identity_, meta);
+    step_.run(q, o, k_scratch_, v_scratch_, KVLayout::kNHD, identity_, meta);  // the scratch is NHD
   }
 
  private:

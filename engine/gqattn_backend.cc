@@ -17,7 +17,7 @@ class GqattnBackend final : public AttentionBackend {
   int graph_variant() const override { return step_.graph_variant(); }
   void forward(const LayerCache& cache, const TensorView& q, const TensorView& o,
                const AttentionMetadata& meta) override {
-    step_.run(q, o, cache.k_pages, cache.v_pages, meta.kv_page_indices_d, meta);
+    step_.run(q, o, cache.k_pages, cache.v_pages, cache.layout, meta.kv_page_indices_d, meta);
   }
 
  private:

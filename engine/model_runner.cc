@@ -309,11 +309,14 @@ void ModelRunner::allocate_pool() {
   const int64_t pool_bytes = pages * page_elems * int64_t(dtype_size(act));
   for (int l = 0; l < m.num_layers; ++l) {
     Layer& L = *layers_[size_t(l)];
+    const bool hnd = config_.kv_layout == KVLayout::kHND;
     const auto pool = [&](int64_t index) {
-      return view_of(base + index * pool_bytes, {pages, config_.page_size, m.num_kv_heads, m.head_dim}, act, c);
+      return hnd ? view_of(base + index * pool_bytes, {pages, m.num_kv_heads, config_.page_size, m.head_dim}, act, c)
+                 : view_of(base + index * pool_bytes, {pages, config_.page_size, m.num_kv_heads, m.head_dim}, act, c);
     };
     L.cache.k_pages = pool(2 * l);
     L.cache.v_pages = pool(2 * l + 1);
+    L.cache.layout = config_.kv_layout;
   }
 }
 

@@ -26,6 +26,7 @@ struct RunnerConfig {
   WeightSource weights;
   std::string attention = "gqattn";
   int page_size = 16;
+  KVLayout kv_layout = KVLayout::kNHD;  // the K/V pools' layout (LayerCache)
   int64_t num_pages = 0;          // > 0: exactly this many pages
   double kv_pool_gib = 0;         // > 0: a pool of this size. With num_pages also 0: room for
                                   // max_num_seqs requests of max_model_len tokens, capped by free

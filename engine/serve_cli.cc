@@ -72,6 +72,8 @@ common flags:
                              (then without --num-kv-heads), else must match --model and
                              --num-kv-heads (default: random bf16 weights)
   --page-size N              tokens per K/V page (default 16)
+  --kv-layout nhd|hnd        K/V pages as [page, token, head, dim] (nhd, vLLM's) or [page, head,
+                             token, dim] (hnd: a page's keys of one head contiguous) (default nhd)
   --cuda-graph 0|1           capture decode steps in CUDA graphs (default 1)
   --prefix-caching 0|1       share cached pages of identical prompt prefixes (default 0)
 
@@ -118,6 +120,7 @@ struct Options {
   uint64_t seed = 0;
   std::string weights;
   int page_size = 16;
+  KVLayout kv_layout = KVLayout::kNHD;
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;
   double bandwidth_gbps = 0;
@@ -167,8 +170,9 @@ Options parse_args(int argc, char** argv) {
   if (opt.command == "--help" || opt.command == "-h") return opt;
   if (opt.command != "bench" && opt.command != "generate")
     throw UsageError{"unknown command '" + opt.command + "' (expected bench or generate)"};
-  static const std::vector<std::string> kCommon = {"--device", "--seed", "--weights", "--page-size", "--cuda-graph",
-                                                   "--prefix-caching", "--model", "--num-kv-heads", "--attention"};
+  static const std::vector<std::string> kCommon = {"--device", "--seed", "--weights", "--page-size", "--kv-layout",
+                                                   "--cuda-graph", "--prefix-caching", "--model", "--num-kv-heads",
+                                                   "--attention"};
   static const std::vector<std::string> kBench = {"--requests", "--prompt-len", "--output-len", "--kv-pool-gib",
                                                   "--csv", "--max-num-seqs", "--max-num-batched-tokens",
                                                   "--bandwidth-gbps"};
@@ -200,6 +204,8 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--seed") opt.seed = uint64_t(parse_int64(flag, value, 0, INT64_MAX));
     else if (flag == "--weights") opt.weights = value;
     else if (flag == "--page-size") opt.page_size = parse_int(flag, value, 1);
+    else if (flag == "--kv-layout")
+      opt.kv_layout = parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
     else if (flag == "--prefix-caching") opt.prefix_caching = parse_bool01(flag, value);
     else if (flag == "--model") opt.model = parse_choice(flag, value, model_names());
@@ -249,6 +255,7 @@ RunnerConfig runner_config(const Options& opt, const ModelConfig& model, const s
   rc.weights.path = opt.weights;
   rc.attention = opt.attention;
   rc.page_size = opt.page_size;
+  rc.kv_layout = opt.kv_layout;
   rc.kv_pool_gib = opt.kv_pool_gib;
   rc.cuda_graph = opt.cuda_graph;
   return rc;
@@ -317,9 +324,9 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
   BenchResult r;
   r.pool_gib = double(runner.kv_pool_bytes()) / kGiB;
   std::printf("model %s (%d query heads, %d K/V heads, group %d), attention %s, %s, %d requests x (%d prompt + %d "
-              "generated) tokens, page %d, K/V pool %.3g GiB (%d pages), weights %.3g GB\n",
+              "generated) tokens, page %d %s, K/V pool %.3g GiB (%d pages), weights %.3g GB\n",
               model.name.c_str(), model.num_qo_heads, model.num_kv_heads, model.group_size(), opt.attention.c_str(),
-              device.c_str(), opt.requests, opt.prompt_len, opt.output_len, runner.page_size(), r.pool_gib,
+              device.c_str(), opt.requests, opt.prompt_len, opt.output_len, runner.page_size(), opt.kv_layout == KVLayout::kHND ? "HND" : "NHD", r.pool_gib,
               runner.num_pages(), double(runner.weight_bytes()) / 1e9);
   std::fflush(stdout);
 

@@ -54,7 +54,8 @@ void StepAttention::plan(const AttentionMetadata& meta) {
 int StepAttention::graph_variant() const { return decode_plan_.split ? 1 : 0; }
 
 void StepAttention::run(const TensorView& q, const TensorView& o, const TensorView& k_pages,
-                        const TensorView& v_pages, const TensorView& page_indices, const AttentionMetadata& meta) {
+                        const TensorView& v_pages, KVLayout layout, const TensorView& page_indices,
+                        const AttentionMetadata& meta) {
   const int nd = meta.num_decode, batch = meta.batch();
   if (nd > 0) {
     DecodeArgs a;
@@ -62,7 +63,7 @@ void StepAttention::run(const TensorView& q, const TensorView& o, const TensorVi
     a.o = slice_rows(o, 0, nd);
     a.kv.k_pages = k_pages;
     a.kv.v_pages = v_pages;
-    a.kv.layout = KVLayout::kNHD;
+    a.kv.layout = layout;
     a.kv.kv_page_indptr = slice_rows(meta.kv_page_indptr_d, 0, nd + 1);
     a.kv.kv_page_indices = page_indices;
     a.kv.kv_last_page_len = slice_rows(meta.kv_last_page_len_d, 0, nd);
@@ -76,7 +77,7 @@ void StepAttention::run(const TensorView& q, const TensorView& o, const TensorVi
     a.causal = true;
     a.paged.k_pages = k_pages;
     a.paged.v_pages = v_pages;
-    a.paged.layout = KVLayout::kNHD;
+    a.paged.layout = layout;
     a.paged.kv_page_indptr = meta.prefill_kv_page_indptr_d;
     a.paged.kv_page_indices = slice_rows(page_indices, meta.decode_pages(), page_indices.shape[0]);
     a.paged.kv_last_page_len = slice_rows(meta.kv_last_page_len_d, nd, batch);
@@ -88,7 +89,7 @@ PagedKV step_kv(const LayerCache& cache, const AttentionMetadata& meta) {
   PagedKV kv;
   kv.k_pages = cache.k_pages;
   kv.v_pages = cache.v_pages;
-  kv.layout = KVLayout::kNHD;
+  kv.layout = cache.layout;
   kv.kv_page_indptr = meta.kv_page_indptr_d;
   kv.kv_page_indices = meta.kv_page_indices_d;
   kv.kv_last_page_len = meta.kv_last_page_len_d;

@@ -19,10 +19,11 @@ class StepAttention {
   // After a graph-mode plan: 1 when the decode plan split (its graph launches the split merge),
   // else 0 (PlanInputs::graph_per_split).
   int graph_variant() const;
-  // o = attention of q over pools k_pages / v_pages ([pages, page_size, num_kv_heads, head_dim])
-  // whose pages for the step's requests are listed, in CSR order, in page_indices (int32).
+  // o = attention of q over pools k_pages / v_pages (NHD: [pages, page_size, num_kv_heads,
+  // head_dim]; HND: [pages, num_kv_heads, page_size, head_dim]) whose pages for the step's requests
+  // are listed, in CSR order, in page_indices (int32).
   void run(const TensorView& q, const TensorView& o, const TensorView& k_pages, const TensorView& v_pages,
-           const TensorView& page_indices, const AttentionMetadata& meta);
+           KVLayout layout, const TensorView& page_indices, const AttentionMetadata& meta);
 
  private:
   Compute& compute_;

@@ -25,6 +25,8 @@
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~300 s)
 #   p64   the engine at page 64 against page 16 (e2e_ab.sh; MHA twice each, GQA-8 and MQA once) (~320 s)
+#   hnd   K/V pages in HND against NHD: decode_many's rows (gqattn-bench --layout, ABBA), then the
+#         engine (--kv-layout; MHA twice each, GQA-8 and MQA once) (~330 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -38,7 +40,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|p64|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|p64|hnd|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -169,6 +171,25 @@ case $step in
     cat "$L/mha/summary.txt" "$L/gqa/summary.txt"
     exit $rc
     ;;
+  hnd)
+    # The K/V pages in HND against NHD (item 230): decode_many's rows (ABBA, gqattn-bench
+    # --layout), then the engine (--kv-layout; MHA in the order nhd, hnd, hnd, nhd; GQA-8 and MQA
+    # once each).
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    rc=0
+    rows=bench/sweeps/ab/decode_many_rows_hd128.csv
+    for run in nhd_1 hnd_1 hnd_2 nhd_2; do
+      build-gpu/gqattn-bench --device cuda --sweep "$rows" --iters 20 --layout "${run%_*}" \
+        --csv "$L/$run.csv" > "$L/$run.log" 2>&1 || { echo "$run failed"; rc=1; }
+    done
+    python3 bench/compare.py "$L/nhd_1.csv" "$L/nhd_2.csv" | tail -1 > "$L/compare.txt"
+    for r in 1 2; do python3 bench/compare.py "$L/nhd_$r.csv" "$L/hnd_$r.csv" >> "$L/compare.txt"; done
+    cat "$L/compare.txt"; save
+    E2E_HEADS=32 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/mha" "nhd:" "hnd:--kv-layout=hnd" || rc=1; save
+    E2E_HEADS="8 1" E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/gqa" "nhd:" "hnd:--kv-layout=hnd" || rc=1
+    cat "$L/mha/summary.txt" "$L/gqa/summary.txt"
+    exit $rc
+    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -196,7 +217,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, p64, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, p64, hnd, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -1,6 +1,6 @@
 // The tiny model on the CPU path: its logits equal a straightforward float64 forward pass (MHA,
 // GQA and MQA; both attention backends; chunked prefill and decode over shuffled pages; sizes
-// that are not multiples of 8), and
+// that are not multiples of 8; K/V pools in NHD and HND), and
 // continuous batching (chunked prefill, preemption, prefix caching, sampling) gives each request
 // exactly the tokens it gets when run alone. Layer: tests (label cpu).
 #include <gtest/gtest.h>
@@ -19,18 +19,21 @@ struct Case {
   int num_kv_heads;
   const char* attention;
   bool odd_shapes = false;  // test::odd_tiny_runner_config
+  bool hnd = false;         // K/V pools in HND (RunnerConfig::kv_layout)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.attention << ", " << c.num_kv_heads << " K/V heads" << (c.odd_shapes ? ", odd shapes" : "");
+  *os << c.attention << ", " << c.num_kv_heads << " K/V heads" << (c.odd_shapes ? ", odd shapes" : "")
+      << (c.hnd ? ", HND" : "");
 }
 
 class TinyLogits : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TinyLogits, EqualAFloat64ForwardPass) {
   const Case c = GetParam();
-  const RunnerConfig rc = c.odd_shapes ? test::odd_tiny_runner_config(c.num_kv_heads, c.attention)
-                                       : test::tiny_runner_config(c.num_kv_heads, c.attention);
+  RunnerConfig rc = c.odd_shapes ? test::odd_tiny_runner_config(c.num_kv_heads, c.attention)
+                                 : test::tiny_runner_config(c.num_kv_heads, c.attention);
+  if (c.hnd) rc.kv_layout = KVLayout::kHND;
   auto runner = test::make_runner(rc);
   const test::ReferenceModel ref(rc.model, random_host_weights(rc.model, test::kSeed));
   // Two requests: a 13-token prompt prefilled in chunks of 5, then 7 decode steps.
@@ -53,10 +56,12 @@ TEST_P(TinyLogits, EqualAFloat64ForwardPass) {
 
 INSTANTIATE_TEST_SUITE_P(HeadsAndBackends, TinyLogits,
                          ::testing::Values(Case{4, "gqattn"}, Case{2, "gqattn"}, Case{1, "gqattn"}, Case{4, "expand"},
-                                           Case{2, "expand"}, Case{1, "expand"}, Case{2, "gqattn", true}),
+                                           Case{2, "expand"}, Case{1, "expand"}, Case{2, "gqattn", true},
+                                           Case{2, "gqattn", false, true}, Case{1, "gqattn", false, true},
+                                           Case{2, "expand", false, true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.attention) + "_kv" + std::to_string(info.param.num_kv_heads) +
-                                  (info.param.odd_shapes ? "_odd" : "");
+                                  (info.param.odd_shapes ? "_odd" : "") + (info.param.hnd ? "_hnd" : "");
                          });
 
 // Each prompt run alone in a fresh engine with ample pages.

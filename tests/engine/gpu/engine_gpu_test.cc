@@ -1,6 +1,6 @@
 // The engine on the GPU against its CPU path: the tiny model's logits over 64 teacher-forced
 // decode steps (MHA, GQA, MQA; both attention backends; with and without CUDA graphs; sizes that
-// are not multiples of 8), greedy tokens wherever the top-2 logit gap is larger than the bf16
+// are not multiples of 8; K/V pools in NHD and HND), greedy tokens wherever the top-2 logit gap is larger than the bf16
 // path's error, random weights made on the device bit-identical to the host's, and 128-request
 // runs (ample and tight page pools) that finish with every token. Layer: tests (label gpu;
 // skipped with a message without a GPU).
@@ -42,16 +42,18 @@ struct GpuCase {
   const char* attention;
   bool cuda_graph;
   bool odd_shapes = false;  // test::odd_tiny_runner_config: the scalar kernels, unaligned GEMMs
+  bool hnd = false;         // K/V pools in HND (RunnerConfig::kv_layout)
 };
 
 void PrintTo(const GpuCase& c, std::ostream* os) {
   *os << c.attention << ", " << c.num_kv_heads << " K/V heads, " << (c.cuda_graph ? "CUDA graphs" : "eager")
-      << (c.odd_shapes ? ", odd shapes" : "");
+      << (c.odd_shapes ? ", odd shapes" : "") << (c.hnd ? ", HND" : "");
 }
 
 std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) {
   return std::string(info.param.attention) + "_kv" + std::to_string(info.param.num_kv_heads) +
-         (info.param.cuda_graph ? "_graph" : "_eager") + (info.param.odd_shapes ? "_odd" : "");
+         (info.param.cuda_graph ? "_graph" : "_eager") + (info.param.odd_shapes ? "_odd" : "") +
+         (info.param.hnd ? "_hnd" : "");
 }
 
 class GpuTinyModel : public ::testing::TestWithParam<GpuCase> {};
@@ -62,6 +64,7 @@ TEST_P(GpuTinyModel, LogitsAndClearTokensMatchTheCpuPathFor64Steps) {
   RunnerConfig rc = c.odd_shapes ? test::odd_tiny_runner_config(c.num_kv_heads, c.attention)
                                  : test::tiny_runner_config(c.num_kv_heads, c.attention);
   rc.cuda_graph = c.cuda_graph;
+  if (c.hnd) rc.kv_layout = KVLayout::kHND;
   // The CPU path's greedy continuation of three prompts, then both paths fed those tokens.
   const auto prompts = test::make_prompts({kPromptLen, kPromptLen, kPromptLen}, rc.model.vocab_size, 21);
   SamplingParams greedy;
@@ -110,7 +113,9 @@ INSTANTIATE_TEST_SUITE_P(HeadsBackendsGraphs, GpuTinyModel,
                                            GpuCase{1, "gqattn", true}, GpuCase{2, "gqattn", false},
                                            GpuCase{4, "expand", true}, GpuCase{2, "expand", true},
                                            GpuCase{1, "expand", false}, GpuCase{2, "gqattn", true, true},
-                                           GpuCase{2, "expand", false, true}),
+                                           GpuCase{2, "expand", false, true}, GpuCase{2, "gqattn", true, false, true},
+                                           GpuCase{1, "gqattn", false, false, true},
+                                           GpuCase{2, "expand", true, false, true}),
                          case_name);
 
 // The CPU logits after `tokens` (its last position), from a fresh CPU runner.
