@@ -29,6 +29,17 @@ for r in rows:
     name = r[ki][:90]; tot[name] += v; cnt[name] += 1
 all_us = sum(tot.values())
 print(f"{len(rows)} kernels, {all_us:.0f} us total")
+# By kind first (the window holds about two steps: halve for one), then by kernel.
+kinds = [("gemm", ("nvjet", "gemm", "cutlass", "splitKreduce", "xmma")), ("attention", ("attention",)),
+         ("split merge", ("merge",)), ("rope + K/V store", ("rope", "append_kv")), ("add_rmsnorm", ("rmsnorm",)),
+         ("swiglu", ("swiglu",)), ("argmax, gather, embed", ("argmax", "gather_rows", "embed")),
+         ("read (L2 flush: tuning inside the window)", ("read_kernel",))]
+by_kind = collections.defaultdict(float); kind_n = collections.Counter()
+for k, v in tot.items():
+    kind = next((name for name, keys in kinds if any(x in k for x in keys)), "other")
+    by_kind[kind] += v; kind_n[kind] += cnt[k]
+for kind, v in sorted(by_kind.items(), key=lambda x: -x[1]):
+    print(f"{v:10.1f} us {100*v/all_us:5.1f}% n={kind_n[kind]:4d}  [{kind}]")
 for k, v in sorted(tot.items(), key=lambda x: -x[1])[:25]:
     print(f"{v:10.1f} us {100*v/all_us:5.1f}% n={cnt[k]:4d} avg={v/cnt[k]:8.2f}  {k}")
 PY
