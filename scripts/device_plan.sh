@@ -177,6 +177,10 @@ case $step in
     # once each).
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     rc=0
+    # The engine's HND pools against the CPU path first (GpuTinyModel's *_hnd cases).
+    timeout 120 build-gpu/tests/gqattn_engine_gpu_tests --gtest_filter='*GpuTinyModel*hnd*' > "$L/tests_hnd.log" 2>&1 ||
+      { echo "engine HND tests failed"; rc=1; }
+    grep -E "PASSED|FAILED" "$L/tests_hnd.log"
     rows=bench/sweeps/ab/decode_many_rows_hd128.csv
     for run in nhd_1 hnd_1 hnd_2 nhd_2; do
       build-gpu/gqattn-bench --device cuda --sweep "$rows" --iters 20 --layout "${run%_*}" \
