@@ -47,6 +47,7 @@ STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
+MANY_ROWS=bench/sweeps/ab/decode_many_rows_hd128.csv
 below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
   local s p
   for s in "${STACKS[@]}"; do
@@ -87,6 +88,7 @@ if [[ $step == check ]]; then
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
   [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for l213) is missing"; status=1; }
+  [[ -f $MANY_ROWS ]] || { echo "device_plan check: $MANY_ROWS (for hnd) is missing"; status=1; }
   # The GPU scripts' fixed gtest filters (gpu_check.sh's portable rerun and sanitizers, wip_check.sh's
   # runs): a renamed test leaves a pattern that matches nothing, which gtest and compute-sanitizer
   # report as a clean pass. Each against its binary's sources (gqattn_engine_gpu_tests:
@@ -181,9 +183,8 @@ case $step in
     timeout 120 build-gpu/tests/gqattn_engine_gpu_tests --gtest_filter='*GpuTinyModel*hnd*' > "$L/tests_hnd.log" 2>&1 ||
       { echo "engine HND tests failed"; rc=1; }
     grep -E "PASSED|FAILED" "$L/tests_hnd.log"
-    rows=bench/sweeps/ab/decode_many_rows_hd128.csv
     for run in nhd_1 hnd_1 hnd_2 nhd_2; do
-      build-gpu/gqattn-bench --device cuda --sweep "$rows" --iters 20 --layout "${run%_*}" \
+      build-gpu/gqattn-bench --device cuda --sweep "$MANY_ROWS" --iters 20 --layout "${run%_*}" \
         --csv "$L/$run.csv" > "$L/$run.log" 2>&1 || { echo "$run failed"; rc=1; }
     done
     python3 bench/compare.py "$L/nhd_1.csv" "$L/nhd_2.csv" | tail -1 > "$L/compare.txt"
