@@ -233,7 +233,7 @@ Options parse_args(int argc, char** argv) {
     throw UsageError{"--num-kv-heads: the model is --weights' " + hf_config_path(opt.weights) +
                      " (no --model given), whose num_key_value_heads are its K/V heads; --num-kv-heads "
                      "overrides a --model preset's only"};
-  opt.profile = parse_profile_window();
+  if (opt.command == "bench") opt.profile = parse_profile_window();
   return opt;
 }
 

@@ -17,6 +17,8 @@ GQATTN_PROFILE_STEPS="$STEP:2" $NCU --clock-control none --graph-profiling node 
 python3 - "$OUTCSV" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if len(rows) < 2:
+    sys.exit(f"profile_engine.sh: no kernel profiled in {sys.argv[1]} (is STEP below OUTPUT_LEN? did ncu run?)")
 hdr = rows[0]; rows = rows[1:]
 ki, vi = hdr.index("Kernel Name"), hdr.index("Metric Value")
 unit = hdr.index("Metric Unit")
