@@ -27,6 +27,8 @@
 #   p64   the engine at page 64 against page 16 (e2e_ab.sh; MHA twice each, GQA-8 and MQA once) (~320 s)
 #   hnd   K/V pages in HND against NHD: decode_many's rows (gqattn-bench --layout, ABBA), then the
 #         engine (--kv-layout; MHA twice each, GQA-8 and MQA once) (~330 s)
+#   l2p   wip/engine-l2-prefetch.patch: its GPU tests, then the engine with the prefetch on and off
+#         (MQA twice each, GQA-8 and MHA once) (~330 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -40,7 +42,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|p64|hnd|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|p64|hnd|l2p|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -195,6 +197,27 @@ case $step in
     cat "$L/mha/summary.txt" "$L/gqa/summary.txt"
     exit $rc
     ;;
+  l2p)
+    # wip/engine-l2-prefetch.patch (item 233): each GEMM's weight k-prefixes read into the L2 by
+    # the add_rmsnorm or SwiGLU before it. Applied to this copy of the tree; its GPU tests, then the
+    # engine with the prefetch on and off (GQATTN_DISABLE_ENGINE_L2_PREFETCH=1): MQA in the order
+    # on, off, off, on; GQA-8 and MHA once each. Reverted after.
+    git apply wip/engine-l2-prefetch.patch || exit 1
+    rc=0
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1
+    if [[ $rc == 0 ]]; then
+      timeout 150 build-gpu/tests/gqattn_engine_gpu_tests \
+        --gtest_filter='ComputeOps.WeightPrefetch*:ComputeOps.AddRmsnorm*:ComputeOps.Swiglu*:*GpuTinyModel*' \
+        > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
+      grep -E "PASSED|FAILED" "$L/tests.log"; save
+      E2E_HEADS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/mqa" "on:" "off:GQATTN_DISABLE_ENGINE_L2_PREFETCH=1" || rc=1; save
+      E2E_HEADS="8 32" E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/rest" "on:" \
+        "off:GQATTN_DISABLE_ENGINE_L2_PREFETCH=1" || rc=1
+      cat "$L/mqa/summary.txt" "$L/rest/summary.txt"
+    fi
+    git apply -R wip/engine-l2-prefetch.patch
+    exit $rc
+    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -222,7 +245,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, p64, hnd, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, p64, hnd, l2p, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
