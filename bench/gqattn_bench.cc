@@ -153,8 +153,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--kv-chunk") opt.kv_chunk = parse_int(flag, value);
     else if (flag == "--settle-ms") opt.settle_ms = parse_int(flag, value);
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
-    else if (flag == "--layout")
-      opt.layout = parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
+    else if (flag == "--layout") opt.layout = cli::parse_kv_layout(flag, value);
     else {
       opt.single = true;
       if (flag == "--dtype") c.dtype = parse_dtype(flag, value);

@@ -307,12 +307,13 @@ void ModelRunner::allocate_pool() {
   memory_.push_back(c.alloc(size_t(pages * page_bytes_)));
   char* base = static_cast<char*>(memory_.back().data());
   const int64_t pool_bytes = pages * page_elems * int64_t(dtype_size(act));
+  // [pages, page_size, heads, head_dim] (NHD) or [pages, heads, page_size, head_dim] (HND).
+  const bool hnd = config_.kv_layout == KVLayout::kHND;
+  const int64_t dim1 = hnd ? m.num_kv_heads : config_.page_size, dim2 = hnd ? config_.page_size : m.num_kv_heads;
   for (int l = 0; l < m.num_layers; ++l) {
     Layer& L = *layers_[size_t(l)];
-    const bool hnd = config_.kv_layout == KVLayout::kHND;
     const auto pool = [&](int64_t index) {
-      return hnd ? view_of(base + index * pool_bytes, {pages, m.num_kv_heads, config_.page_size, m.head_dim}, act, c)
-                 : view_of(base + index * pool_bytes, {pages, config_.page_size, m.num_kv_heads, m.head_dim}, act, c);
+      return view_of(base + index * pool_bytes, {pages, dim1, dim2, m.head_dim}, act, c);
     };
     L.cache.k_pages = pool(2 * l);
     L.cache.v_pages = pool(2 * l + 1);

@@ -204,8 +204,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--seed") opt.seed = uint64_t(parse_int64(flag, value, 0, INT64_MAX));
     else if (flag == "--weights") opt.weights = value;
     else if (flag == "--page-size") opt.page_size = parse_int(flag, value, 1);
-    else if (flag == "--kv-layout")
-      opt.kv_layout = parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
+    else if (flag == "--kv-layout") opt.kv_layout = cli::parse_kv_layout(flag, value);
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
     else if (flag == "--prefix-caching") opt.prefix_caching = parse_bool01(flag, value);
     else if (flag == "--model") opt.model = parse_choice(flag, value, model_names());
@@ -326,8 +325,8 @@ BenchResult run_bench(const Options& opt, const ModelConfig& model, const std::s
   std::printf("model %s (%d query heads, %d K/V heads, group %d), attention %s, %s, %d requests x (%d prompt + %d "
               "generated) tokens, page %d %s, K/V pool %.3g GiB (%d pages), weights %.3g GB\n",
               model.name.c_str(), model.num_qo_heads, model.num_kv_heads, model.group_size(), opt.attention.c_str(),
-              device.c_str(), opt.requests, opt.prompt_len, opt.output_len, runner.page_size(), opt.kv_layout == KVLayout::kHND ? "HND" : "NHD", r.pool_gib,
-              runner.num_pages(), double(runner.weight_bytes()) / 1e9);
+              device.c_str(), opt.requests, opt.prompt_len, opt.output_len, runner.page_size(),
+              layout_name(opt.kv_layout), r.pool_gib, runner.num_pages(), double(runner.weight_bytes()) / 1e9);
   std::fflush(stdout);
 
   SamplingParams params;

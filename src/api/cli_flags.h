@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "gqattn/paged_kv.h"
+
 namespace gqattn::cli {
 
 // A bad command line.
@@ -63,6 +65,11 @@ inline std::string parse_choice(const std::string& flag, const std::string& valu
   std::string all;
   for (const auto& c : choices) all += (all.empty() ? "" : "|") + c;
   throw UsageError{flag + ": expected " + all + ", got '" + value + "'"};
+}
+
+// A K/V page layout: nhd or hnd.
+inline KVLayout parse_kv_layout(const std::string& flag, const std::string& value) {
+  return parse_choice(flag, value, {"nhd", "hnd"}) == "hnd" ? KVLayout::kHND : KVLayout::kNHD;
 }
 
 }  // namespace gqattn::cli
