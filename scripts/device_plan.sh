@@ -129,6 +129,16 @@ save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.t
 saver=$!
 trap 'kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
 
+# The engine A/B of the steps below: E2E_AB_TWICE's K/V heads in the order A, B, B, A, then
+# E2E_AB_ONCE's once a setting (e2e_ab.sh); the two summaries printed. Usage: engine_ab A B.
+engine_ab() {
+  local rc=0
+  E2E_HEADS=$E2E_AB_TWICE E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab_twice" "$1" "$2" || rc=1; save
+  E2E_HEADS=$E2E_AB_ONCE E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab_once" "$1" "$2" || rc=1
+  cat "$L/ab_twice/summary.txt" "$L/ab_once/summary.txt"
+  return $rc
+}
+
 case $step in
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
@@ -154,7 +164,7 @@ case $step in
   pe)
     # The engine's decode step per kernel (profile_engine.sh, the engine's own profiler window):
     # MHA and MQA at ~180 tokens of context, MHA again at ~730 (late in the table's run), to see
-    # what holds MHA's step above its floor (perf-notes item 225).
+    # what holds MHA's step above its floor (perf-notes items 225, 228).
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     prof() {  # prof NAME HEADS STEP OUTPUT_LEN
       STEP=$3 OUTPUT_LEN=$4 timeout 150 scripts/profile_engine.sh build-gpu "$2" "$L/$1.csv" > "$L/$1.txt" 2>&1
@@ -170,9 +180,7 @@ case $step in
     # but preempted). MHA in the order p16, p64, p64, p16; GQA-8 and MQA once each.
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     rc=0
-    E2E_HEADS=32 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/mha" "p16:" "p64:--page-size=64" || rc=1; save
-    E2E_HEADS="8 1" E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/gqa" "p16:" "p64:--page-size=64" || rc=1
-    cat "$L/mha/summary.txt" "$L/gqa/summary.txt"
+    E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "p16:" "p64:--page-size=64" || rc=1
     exit $rc
     ;;
   hnd)
@@ -192,9 +200,7 @@ case $step in
     python3 bench/compare.py "$L/nhd_1.csv" "$L/nhd_2.csv" | tail -1 > "$L/compare.txt"
     for r in 1 2; do python3 bench/compare.py "$L/nhd_$r.csv" "$L/hnd_$r.csv" >> "$L/compare.txt"; done
     cat "$L/compare.txt"; save
-    E2E_HEADS=32 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/mha" "nhd:" "hnd:--kv-layout=hnd" || rc=1; save
-    E2E_HEADS="8 1" E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/gqa" "nhd:" "hnd:--kv-layout=hnd" || rc=1
-    cat "$L/mha/summary.txt" "$L/gqa/summary.txt"
+    E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "nhd:" "hnd:--kv-layout=hnd" || rc=1
     exit $rc
     ;;
   l2p)
@@ -210,10 +216,7 @@ case $step in
         --gtest_filter='ComputeOps.WeightPrefetch*:ComputeOps.AddRmsnorm*:ComputeOps.Swiglu*:*GpuTinyModel*' \
         > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
       grep -E "PASSED|FAILED" "$L/tests.log"; save
-      E2E_HEADS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/mqa" "on:" "off:GQATTN_DISABLE_ENGINE_L2_PREFETCH=1" || rc=1; save
-      E2E_HEADS="8 32" E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/rest" "on:" \
-        "off:GQATTN_DISABLE_ENGINE_L2_PREFETCH=1" || rc=1
-      cat "$L/mqa/summary.txt" "$L/rest/summary.txt"
+      E2E_AB_TWICE=1 E2E_AB_ONCE="8 32" engine_ab "on:" "off:GQATTN_DISABLE_ENGINE_L2_PREFETCH=1" || rc=1
     fi
     git apply -R wip/engine-l2-prefetch.patch
     exit $rc
