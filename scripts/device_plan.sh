@@ -22,13 +22,13 @@
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 # (Steps w216, e188 and w192 ran in session 44: item 216 rejected, items 188 and 192 landed;
 # g221 ran in session 45: its patch rejected, perf-notes item 226.)
+# (Steps pe, p64, hnd and l2p ran in session 46: perf-notes items 234-237; l2p's patch rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
-#         of context, MHA at ~730 (~300 s)
-#   p64   the engine at page 64 against page 16 (e2e_ab.sh; MHA twice each, GQA-8 and MQA once) (~320 s)
-#   hnd   K/V pages in HND against NHD: decode_many's rows (gqattn-bench --layout, ABBA), then the
-#         engine (--kv-layout; MHA twice each, GQA-8 and MQA once) (~330 s)
-#   l2p   wip/engine-l2-prefetch.patch: its GPU tests, then the engine with the prefetch on and off
-#         (MQA twice each, GQA-8 and MHA once) (~330 s)
+#         of context, MHA at ~730 (~200 s)
+#   gsk   wip/engine-split-gemm.patch (item 239): its GPU tests (the engine's whole GPU suite) and
+#         memcheck of the split-K GEMM's, then the engine with the split-K GEMM on and off
+#         (GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1; MHA twice each, GQA-8 and MQA once), the tuner's
+#         choices printed (~380 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -42,14 +42,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|p64|hnd|l2p|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gsk|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b is written on top of a
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
-MANY_ROWS=bench/sweeps/ab/decode_many_rows_hd128.csv
 below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
   local s p
   for s in "${STACKS[@]}"; do
@@ -90,7 +89,6 @@ if [[ $step == check ]]; then
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
   [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for l213) is missing"; status=1; }
-  [[ -f $MANY_ROWS ]] || { echo "device_plan check: $MANY_ROWS (for hnd) is missing"; status=1; }
   # The GPU scripts' fixed gtest filters (gpu_check.sh's portable rerun and sanitizers, wip_check.sh's
   # runs): a renamed test leaves a pattern that matches nothing, which gtest and compute-sanitizer
   # report as a clean pass. Each against its binary's sources (gqattn_engine_gpu_tests:
@@ -174,51 +172,25 @@ case $step in
     prof mqa_s150 1 150 400
     prof mha_s700 32 700 992
     ;;
-  p64)
-    # The engine's page size (items 185, 229): page 64 against the default 16 on the H200, whose
-    # pools hold every request (the H100's A/B, item 219, had MHA's step 0.19 ms shorter at page 64
-    # but preempted). MHA in the order p16, p64, p64, p16; GQA-8 and MQA once each.
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    rc=0
-    E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "p16:" "p64:--page-size=64" || rc=1
-    exit $rc
-    ;;
-  hnd)
-    # The K/V pages in HND against NHD (item 230): decode_many's rows (ABBA, gqattn-bench
-    # --layout), then the engine (--kv-layout; MHA in the order nhd, hnd, hnd, nhd; GQA-8 and MQA
-    # once each).
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    rc=0
-    # The engine's HND pools against the CPU path first (GpuTinyModel's *_hnd cases).
-    timeout 120 build-gpu/tests/gqattn_engine_gpu_tests --gtest_filter='*GpuTinyModel*hnd*' > "$L/tests_hnd.log" 2>&1 ||
-      { echo "engine HND tests failed"; rc=1; }
-    grep -E "PASSED|FAILED" "$L/tests_hnd.log"
-    for run in nhd_1 hnd_1 hnd_2 nhd_2; do
-      build-gpu/gqattn-bench --device cuda --sweep "$MANY_ROWS" --iters 20 --layout "${run%_*}" \
-        --csv "$L/$run.csv" > "$L/$run.log" 2>&1 || { echo "$run failed"; rc=1; }
-    done
-    python3 bench/compare.py "$L/nhd_1.csv" "$L/nhd_2.csv" | tail -1 > "$L/compare.txt"
-    for r in 1 2; do python3 bench/compare.py "$L/nhd_$r.csv" "$L/hnd_$r.csv" >> "$L/compare.txt"; done
-    cat "$L/compare.txt"; save
-    E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "nhd:" "hnd:--kv-layout=hnd" || rc=1
-    exit $rc
-    ;;
-  l2p)
-    # wip/engine-l2-prefetch.patch (item 233): each GEMM's weight k-prefixes read into the L2 by
-    # the add_rmsnorm or SwiGLU before it. Applied to this copy of the tree; its GPU tests, then the
-    # engine with the prefetch on and off (GQATTN_DISABLE_ENGINE_L2_PREFETCH=1): MQA in the order
-    # on, off, off, on; GQA-8 and MHA once each. Reverted after.
-    git apply wip/engine-l2-prefetch.patch || exit 1
+  gsk)
+    # wip/engine-split-gemm.patch (items 238-239): the o and down projections of decode steps as
+    # split-K planes (engine/gemm_sm90.cu) that add_rmsnorm adds to the residual. Applied to this copy
+    # of the tree; the engine's GPU tests and memcheck of the new ones; then the engine with the
+    # split-K GEMM on and off (MHA in the order on, off, off, on; GQA-8 and MQA once each) and the
+    # tuner's choices (GQATTN_ENGINE_GEMM_LOG's "gemm planes" lines). Reverted after.
+    git apply wip/engine-split-gemm.patch || exit 1
     rc=0
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1
     if [[ $rc == 0 ]]; then
-      timeout 150 build-gpu/tests/gqattn_engine_gpu_tests \
-        --gtest_filter='ComputeOps.WeightPrefetch*:ComputeOps.AddRmsnorm*:ComputeOps.Swiglu*:*GpuTinyModel*' \
-        > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
+      timeout 240 build-gpu/tests/gqattn_engine_gpu_tests > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
       grep -E "PASSED|FAILED" "$L/tests.log"; save
-      E2E_AB_TWICE=1 E2E_AB_ONCE="8 32" engine_ab "on:" "off:GQATTN_DISABLE_ENGINE_L2_PREFETCH=1" || rc=1
+      timeout 120 compute-sanitizer --tool memcheck build-gpu/tests/gqattn_engine_gpu_tests \
+        --gtest_filter='ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' > "$L/memcheck.log" 2>&1 || rc=1
+      tail -2 "$L/memcheck.log"; save
+      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "split:" "nosplit:GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1" || rc=1
+      grep -h "gemm planes" "$L"/ab_twice/split_kv32_1.log "$L"/ab_once/split_kv*_1.log | sort | uniq -c
     fi
-    git apply -R wip/engine-l2-prefetch.patch
+    git apply -R wip/engine-split-gemm.patch
     exit $rc
     ;;
   land)
@@ -248,7 +220,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, p64, hnd, l2p, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gsk, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -1,0 +1,553 @@
+// A weight-streaming GEMM for decode steps, Y[N, M] = X[N, K] W[M, K]^T with N <= 128 tokens
+// (perf-notes item 236): the experiment that tests whether cuBLASLt's (and session 8's own GEMM's)
+// ~3.5 TB/s wall on the weights comes from the order in which the weights are read. A TMA box of
+// 64 k x BN rows of a row-major W reads 128 bytes from each of BN rows 2K bytes apart (8 KB at
+// K = 4096), and every CTA moves along k in step: the whole GPU reads one 128-byte column of all
+// of W, then the next. Here W may be packed once, as the engine would at load time, so that each
+// stage's BN x 64 tile is one contiguous piece of BN * 128 bytes (`packed`); the same kernel with
+// the row-major map (`packed = 0`) is the control.
+//
+// Kernel: persistent CTAs of three warpgroups (sm_90a). Warpgroup 0's first thread loads each
+// stage by TMA (X: 128 tokens x 64 k, rows past N zero-filled; W: BN rows x 64 k, 128-byte
+// swizzle); warpgroups 1 and 2 multiply tokens 0-63 and 64-127 by the stage's W tile with
+// wgmma m64nBNk16 (both operands K-major from shared memory), one wgmma group in flight. Work
+// units are (n-block of BN weight rows, k split); a split's fp32 partial goes to a workspace and
+// the last CTA of an n-block (a counter) adds the splits in order 0..S-1 (repeatable bits) and
+// stores bf16.
+//
+// Standalone program (not built by CMake): gemm_stream.sh builds it with nvcc on the GPU machine,
+// checks every variant against cuBLASLt's product and a float64 host product of sampled tokens,
+// and times each variant beside cuBLASLt's best of its heuristic's algorithms, all after an L2
+// flush, with the streaming-read ceiling of the same run.
+#include <cublasLt.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "prims/sm90.cuh"
+#include "prims/tma_encoder.h"
+#include "prims/wgmma_ops.cuh"
+
+namespace sm90 = gqattn::prims::sm90;
+using bf16 = __nv_bfloat16;
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+#define CKB(x)                                                                                   \
+  do {                                                                                           \
+    cublasStatus_t s_ = (x);                                                                     \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                           \
+      std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, static_cast<int>(s_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+struct Params {
+  bf16* y;
+  int ldy;
+  float* ws;      // [splits][N][M] fp32 partials
+  int* counters;  // [num_nb], zero between calls
+  int n, m, k;
+  int num_nb, splits, kiters;  // kiters = k / 64
+  int packed;
+  int probe;  // 0: the product; 1: W loads only; 2: X loads only (timing probes, wrong values)
+};
+
+template <int BN, int kStages>
+struct Shape {
+  static constexpr int kXBytes = 128 * 64 * 2;
+  static constexpr int kWBytes = BN * 64 * 2;
+  static constexpr int kStageBytes = kXBytes + kWBytes;
+  static constexpr int kSmem = kStages * kStageBytes + 1024 + 256;
+};
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          gqattn::prims::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(gqattn::prims::smem_addr(bar))
+      : "memory");
+}
+
+template <int BN, int kStages>
+__global__ void __launch_bounds__(384, 1)
+    gemm_stream_kernel(const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmw, const Params p) {
+  using S = Shape<BN, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * S::kStageBytes);
+  uint64_t* empty = full + kStages;
+  int* s_last = reinterpret_cast<int*>(empty + kStages);
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbar_init(&full[s], 1);
+      sm90::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int units = p.num_nb * p.splits;
+  auto k_range = [&](int s, int& k0, int& k1) {
+    k0 = static_cast<int>(static_cast<long long>(s) * p.kiters / p.splits);
+    k1 = static_cast<int>(static_cast<long long>(s + 1) * p.kiters / p.splits);
+  };
+
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<40>();
+    if (tid == 0) {
+      uint32_t it = 0;
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const int nb = u / p.splits, s = u % p.splits;
+        int k0, k1;
+        k_range(s, k0, k1);
+        for (int kb = k0; kb < k1; ++kb, ++it) {
+          const int stage = static_cast<int>(it % kStages);
+          sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+          uint8_t* st = smem + stage * S::kStageBytes;
+          sm90::mbar_arrive_expect_tx(&full[stage], p.probe == 1 ? S::kWBytes : p.probe == 2 ? S::kXBytes : S::kStageBytes);
+          if (p.probe != 1) tma_load_2d(st, &tmx, &full[stage], kb * 64, 0);
+          if (p.probe == 2) continue;
+          if (p.packed)
+            tma_load_2d(st + S::kXBytes, &tmw, &full[stage], 0, (nb * p.kiters + kb) * BN);
+          else
+            tma_load_2d(st + S::kXBytes, &tmw, &full[stage], kb * 64, nb * BN);
+        }
+      }
+    }
+    return;
+  }
+
+  sm90::setmaxnreg_inc<232>();
+  const int c = wg - 1;  // tokens 64c .. 64c + 63
+  const int wq = warp % 4;
+  float acc[BN / 2];
+  const sm90::SmemDesc a0 = sm90::smem_desc_sw128(smem + c * 8192, 16);
+  const sm90::SmemDesc b0 = sm90::smem_desc_sw128(smem + S::kXBytes, 16);
+  constexpr uint32_t kStageUnits = S::kStageBytes >> 4;
+  uint32_t it = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int nb = u / p.splits, s = u % p.splits;
+    int k0, k1;
+    k_range(s, k0, k1);
+    int prev = -1;
+    for (int kb = k0; kb < k1; ++kb, ++it) {
+      const int stage = static_cast<int>(it % kStages);
+      sm90::mbar_wait(&full[stage], (it / kStages) & 1);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        sm90::Wgmma<bf16, BN>::ss(acc, a0.at(stage * kStageUnits + kk * 2), b0.at(stage * kStageUnits + kk * 2),
+                                  (kb > k0 || kk > 0) ? 1 : 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();
+      if (prev >= 0 && lane == 0) sm90::mbar_arrive(&empty[prev]);
+      __syncwarp();
+      prev = stage;
+    }
+    sm90::wgmma_wait<0>();
+    if (prev >= 0 && lane == 0) sm90::mbar_arrive(&empty[prev]);
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) sm90::fence_operand(acc[j]);
+
+    // Fragment: register 4j + e holds token row wq*16 + lane/4 + 8*(e/2), weight row 8j + 2*(lane%4) + e%2.
+    const int t_base = c * 64 + wq * 16 + lane / 4;
+    const int m_base = nb * BN + 2 * (lane % 4);
+    if (p.splits == 1) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int t = t_base + 8 * h, m = m_base + 8 * j;
+          if (t < p.n)
+            *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<size_t>(t) * p.ldy + m) =
+                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+      continue;
+    }
+    const size_t plane = static_cast<size_t>(p.n) * p.m;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = t_base + 8 * h, m = m_base + 8 * j;
+        if (t < p.n)
+          __stcg(reinterpret_cast<float2*>(p.ws + s * plane + static_cast<size_t>(t) * p.m + m),
+                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
+      }
+    // Dead until the next unit's first wgmma overwrites them: zeros the compiler can rematerialise
+    // there, instead of 64-128 registers held through the reduction below.
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
+    __threadfence();
+    sm90::named_barrier_sync(1, 256);
+    if (tid == 128) *s_last = atomicAdd(&p.counters[nb], 1) == p.splits - 1;
+    sm90::named_barrier_sync(1, 256);
+    if (*s_last) {
+      // The last CTA of the n-block adds the splits' partials in order 0..S-1 (its own re-read
+      // from the workspace), coalesced: 256 threads, float4 columns, kRound positions a thread in
+      // flight, one L2 round trip per split and round.
+      __threadfence();
+      constexpr int kCols4 = BN / 4, kRound = BN == 64 ? 16 : BN == 128 ? 8 : 4;
+      const int total4 = p.n * kCols4;
+      const int ct = tid - 128;
+      for (int base = ct; base < total4; base += 256 * kRound) {
+        float4 sum[kRound];
+#pragma unroll
+        for (int q = 0; q < kRound; ++q) sum[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s2 = 0; s2 < p.splits; ++s2) {
+          float4 v[kRound];
+#pragma unroll
+          for (int q = 0; q < kRound; ++q) {
+            const int pos = base + q * 256;
+            v[q] = pos < total4 ? __ldcg(reinterpret_cast<const float4*>(p.ws + s2 * plane + static_cast<size_t>(pos / kCols4) * p.m +
+                                                                        nb * BN + 4 * (pos % kCols4)))
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+#pragma unroll
+          for (int q = 0; q < kRound; ++q) {
+            sum[q].x += v[q].x;
+            sum[q].y += v[q].y;
+            sum[q].z += v[q].z;
+            sum[q].w += v[q].w;
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < kRound; ++q) {
+          const int pos = base + q * 256;
+          if (pos >= total4) continue;
+          __nv_bfloat162 lo = __floats2bfloat162_rn(sum[q].x, sum[q].y), hi = __floats2bfloat162_rn(sum[q].z, sum[q].w);
+          uint2 packed_out;
+          packed_out.x = *reinterpret_cast<uint32_t*>(&lo);
+          packed_out.y = *reinterpret_cast<uint32_t*>(&hi);
+          *reinterpret_cast<uint2*>(p.y + static_cast<size_t>(pos / kCols4) * p.ldy + nb * BN + 4 * (pos % kCols4)) = packed_out;
+        }
+      }
+      if (tid == 128) p.counters[nb] = 0;
+    }
+  }
+}
+
+// W [M, K] row-major -> [M / BN][K / 64][BN][64]: each stage's tile one contiguous piece.
+__global__ void pack_kernel(const bf16* w, bf16* out, int m, int k, int bn) {
+  const size_t total = static_cast<size_t>(m) * k / 8;  // 16-byte chunks
+  const int kiters = k / 64;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t row = i / (k / 8), col = (i % (k / 8)) * 8;
+    const size_t nb = row / bn, r = row % bn, kb = col / 64, cc = col % 64;
+    const size_t dst = ((nb * kiters + kb) * bn + r) * 64 + cc;
+    *reinterpret_cast<uint4*>(out + dst) = *reinterpret_cast<const uint4*>(w + row * k + col);
+  }
+}
+
+__device__ __forceinline__ float hash_unit(uint64_t x) {  // splitmix64 -> [-1, 1)
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (2.f / 16777216.f) - 1.f;
+}
+__global__ void fill_kernel(bf16* p, size_t n, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(scale * hash_unit(seed * 0x100000001B3ull + i));
+}
+__global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
+  unsigned x = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+static CUtensorMap make_map(const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes, uint32_t box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint32_t es[2] = {1, 1};
+  auto encode = gqattn::prims::tensor_map_encoder();
+  if (!encode) {
+    std::fprintf(stderr, "no tensor-map encoder\n");
+    std::exit(1);
+  }
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, es,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
+}
+
+struct Variant {
+  int bn, stages, splits, packed;
+};
+
+template <int BN, int kStages>
+static void launch_t(const CUtensorMap& mx, const CUtensorMap& mw, const Params& p, int grid, cudaStream_t st) {
+  static bool init = false;
+  if (!init) {
+    CK(cudaFuncSetAttribute(gemm_stream_kernel<BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            Shape<BN, kStages>::kSmem));
+    init = true;
+  }
+  gemm_stream_kernel<BN, kStages><<<grid, 384, Shape<BN, kStages>::kSmem, st>>>(mx, mw, p);
+}
+
+static void launch(const Variant& v, const CUtensorMap& mx, const CUtensorMap& mw, const Params& p, int grid,
+                   cudaStream_t st) {
+  if (v.bn == 64) launch_t<64, 9>(mx, mw, p, grid, st);
+  else if (v.bn == 128) launch_t<128, 6>(mx, mw, p, grid, st);
+  else launch_t<256, 4>(mx, mw, p, grid, st);
+}
+static int stages_of(int bn) { return bn == 64 ? 9 : bn == 128 ? 6 : 4; }
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() {
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+  }
+};
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 128;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 15;
+  const char* only = std::getenv("GEMM_STREAM_SHAPES");  // e.g. "o,down"
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("device %s, %d SMs, L2 %d MB; tokens n = %d, %d timed runs a variant (median), L2 flushed before each\n",
+              prop.name, sms, prop.l2CacheSize >> 20, n, reps);
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  Timer tm;
+  unsigned* sink;
+  CK(cudaMalloc(&sink, 4));
+  const size_t flush_bytes = 4 * static_cast<size_t>(prop.l2CacheSize);
+  uint4* flush;
+  CK(cudaMalloc(&flush, flush_bytes));
+  CK(cudaMemset(flush, 1, flush_bytes));
+  auto do_flush = [&]() { read_kernel<<<sms * 4, 512, 0, st>>>(flush, flush_bytes / 16, sink); };
+  // The streaming-read ceiling of this run: 2 GB read once, best of 5.
+  {
+    const size_t bytes = size_t(2) << 30;
+    uint4* big;
+    CK(cudaMalloc(&big, bytes));
+    CK(cudaMemset(big, 1, bytes));
+    std::vector<float> t;
+    for (int r = 0; r < 5; ++r) {
+      CK(cudaEventRecord(tm.a, st));
+      read_kernel<<<sms * 4, 512, 0, st>>>(big, bytes / 16, sink);
+      CK(cudaEventRecord(tm.b, st));
+      CK(cudaEventSynchronize(tm.b));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, tm.a, tm.b));
+      t.push_back(ms);
+    }
+    std::printf("ceiling: streaming read %.0f GB/s (2 GB, best of 5)\n", bytes / (*std::min_element(t.begin(), t.end()) * 1e6));
+    CK(cudaFree(big));
+  }
+
+  cublasLtHandle_t lt;
+  CKB(cublasLtCreate(&lt));
+  const size_t lt_ws_bytes = 64 << 20;
+  void* lt_ws;
+  CK(cudaMalloc(&lt_ws, lt_ws_bytes));
+
+  struct ShapeDef {
+    const char* name;
+    int m, k;
+  };
+  const ShapeDef shapes[] = {{"o", 4096, 4096},          {"qkv_mqa", 4352, 4096}, {"qkv_gqa8", 6144, 4096},
+                             {"qkv_mha", 12288, 4096},   {"gate_up", 22016, 4096}, {"down", 4096, 11008},
+                             {"lm_head", 32000, 4096}};
+  int failures = 0;
+  std::printf("shape,m,k,n,kernel,bn,stages,splits,packed,us,weight_GBps,max_abs_err_vs_cublas\n");
+  for (const ShapeDef& sd : shapes) {
+    if (only && std::string(only).find(sd.name) == std::string::npos) continue;
+    const int m = sd.m, k = sd.k;
+    bf16 *x, *w, *y, *y_ref;
+    CK(cudaMalloc(&x, sizeof(bf16) * n * k));
+    CK(cudaMalloc(&w, sizeof(bf16) * m * k));
+    CK(cudaMalloc(&y, sizeof(bf16) * n * m));
+    CK(cudaMalloc(&y_ref, sizeof(bf16) * n * m));
+    fill_kernel<<<sms * 8, 256, 0, st>>>(x, size_t(n) * k, 1 + m, 1.f);
+    fill_kernel<<<sms * 8, 256, 0, st>>>(w, size_t(m) * k, 2 + m, 0.05f);
+    CK(cudaGetLastError());
+    const double weight_bytes = 2.0 * m * k;
+
+    // cuBLASLt: Y^T (m x n, column-major, ld m) = W^T' (op T on K x M, ld k) * X (K x N, ld k).
+    cublasLtMatmulDesc_t desc;
+    CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t opt = CUBLAS_OP_T, opn = CUBLAS_OP_N;
+    CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opt, sizeof(opt)));
+    CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opn, sizeof(opn)));
+    cublasLtMatrixLayout_t la, lb, lc;
+    CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k));
+    CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
+    CKB(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m));
+    cublasLtMatmulPreference_t pref;
+    CKB(cublasLtMatmulPreferenceCreate(&pref));
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes,
+                                             sizeof(lt_ws_bytes)));
+    cublasLtMatmulHeuristicResult_t heur[16];
+    int found = 0;
+    const int want = std::getenv("GEMM_STREAM_LT_ALGOS") ? std::max(1, std::min(16, std::atoi(std::getenv("GEMM_STREAM_LT_ALGOS")))) : 16;
+    CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, want, heur, &found));
+    const float one = 1.f, zero = 0.f;
+    float best_lt = 1e30f;
+    int best_i = -1;
+    for (int i = 0; i < found; ++i) {
+      std::vector<float> t;
+      bool ok = true;
+      for (int r = 0; r < reps + 2 && ok; ++r) {
+        do_flush();
+        CK(cudaEventRecord(tm.a, st));
+        ok = cublasLtMatmul(lt, desc, &one, w, la, x, lb, &zero, y_ref, lc, y_ref, lc, &heur[i].algo, lt_ws,
+                            lt_ws_bytes, st) == CUBLAS_STATUS_SUCCESS;
+        CK(cudaEventRecord(tm.b, st));
+        CK(cudaEventSynchronize(tm.b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, tm.a, tm.b));
+        if (r >= 2) t.push_back(ms * 1e3f);
+      }
+      if (!ok) continue;
+      const float us = median(t);
+      if (us < best_lt) best_lt = us, best_i = i;
+    }
+    if (best_i < 0) {
+      std::fprintf(stderr, "%s: no cuBLASLt algorithm ran\n", sd.name);
+      return 1;
+    }
+    CKB(cublasLtMatmul(lt, desc, &one, w, la, x, lb, &zero, y_ref, lc, y_ref, lc, &heur[best_i].algo, lt_ws,
+                       lt_ws_bytes, st));
+    CK(cudaStreamSynchronize(st));
+    std::printf("%s,%d,%d,%d,cublaslt(best of %d),,,,,%.2f,%.0f,0\n", sd.name, m, k, n, found, best_lt,
+                weight_bytes / (best_lt * 1e3));
+
+    // The float64 host product of three tokens checks cuBLASLt's result (and so every variant's).
+    std::vector<bf16> hx(size_t(n) * k), hw(size_t(m) * k), hy(size_t(n) * m);
+    CK(cudaMemcpy(hx.data(), x, hx.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hw.data(), w, hw.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hy.data(), y_ref, hy.size() * 2, cudaMemcpyDeviceToHost));
+    double host_err = 0;
+    for (int t : {0, n / 2, n - 1})
+      for (int mm = 0; mm < m; ++mm) {
+        double acc = 0;
+        for (int kk = 0; kk < k; ++kk)
+          acc += double(__bfloat162float(hx[size_t(t) * k + kk])) * double(__bfloat162float(hw[size_t(mm) * k + kk]));
+        host_err = std::max(host_err, std::fabs(acc - double(__bfloat162float(hy[size_t(t) * m + mm]))) / (1 + std::fabs(acc)));
+      }
+    std::printf("# %s: cuBLASLt against the float64 product of tokens 0, n/2, n-1: max rel err %.2e\n", sd.name, host_err);
+    if (host_err > 1e-2) ++failures;
+
+    const CUtensorMap mx = make_map(x, k, n, size_t(k) * 2, 128);
+    for (int bn : {64, 128, 256}) {
+      if (m % bn) continue;
+      const int num_nb = m / bn, kiters = k / 64;
+      bf16* wp;
+      CK(cudaMalloc(&wp, sizeof(bf16) * m * k));
+      pack_kernel<<<sms * 8, 256, 0, st>>>(w, wp, m, k, bn);
+      CK(cudaGetLastError());
+      for (int splits : {1, 2, 3, 4, 6, 8, 12}) {
+        const int units = num_nb * splits;
+        if (splits > kiters || units > 4 * sms || (splits > 1 && units < sms / 2)) continue;
+        float* ws = nullptr;
+        int* counters = nullptr;
+        if (splits > 1) {
+          CK(cudaMalloc(&ws, sizeof(float) * size_t(splits) * n * m));
+          CK(cudaMalloc(&counters, sizeof(int) * num_nb));
+          CK(cudaMemset(counters, 0, sizeof(int) * num_nb));
+        }
+        for (int packed : {1, 0}) {
+          if (const char* o = std::getenv("GEMM_STREAM_ONLY")) {  // "bn:splits:packed", e.g. for ncu
+            int ob = 0, os = 0, op = 0;
+            if (std::sscanf(o, "%d:%d:%d", &ob, &os, &op) == 3 && (ob != bn || os != splits || op != packed)) continue;
+          }
+          const CUtensorMap mw = packed ? make_map(wp, 64, size_t(m) * kiters, 128, bn) : make_map(w, k, m, size_t(k) * 2, bn);
+          const int probe = std::getenv("GEMM_STREAM_PROBE") ? std::atoi(std::getenv("GEMM_STREAM_PROBE")) : 0;
+          Params p{y, m, ws, counters, n, m, k, num_nb, splits, kiters, packed, probe};
+          const Variant v{bn, stages_of(bn), splits, packed};
+          const int grid = std::min(units, sms);
+          // Correctness: poisoned output, then the product against cuBLASLt's.
+          CK(cudaMemsetAsync(y, 0xFF, sizeof(bf16) * n * m, st));
+          launch(v, mx, mw, p, grid, st);
+          CK(cudaGetLastError());
+          CK(cudaStreamSynchronize(st));
+          std::vector<bf16> got(size_t(n) * m);
+          CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
+          double err = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double a = __bfloat162float(got[i]), b = __bfloat162float(hy[i]);
+            const double e = std::isfinite(a) ? std::fabs(a - b) / (1 + std::fabs(b)) : 1e9;
+            err = std::max(err, e);
+          }
+          // Repeatability: a second run gives the same bits.
+          launch(v, mx, mw, p, grid, st);
+          CK(cudaStreamSynchronize(st));
+          std::vector<bf16> again(got.size());
+          CK(cudaMemcpy(again.data(), y, again.size() * 2, cudaMemcpyDeviceToHost));
+          const bool same = std::memcmp(again.data(), got.data(), got.size() * 2) == 0;
+          std::vector<float> t;
+          for (int r = 0; r < reps + 2; ++r) {
+            do_flush();
+            CK(cudaEventRecord(tm.a, st));
+            launch(v, mx, mw, p, grid, st);
+            CK(cudaEventRecord(tm.b, st));
+            CK(cudaEventSynchronize(tm.b));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, tm.a, tm.b));
+            if (r >= 2) t.push_back(ms * 1e3f);
+          }
+          const float us = median(t);
+          std::printf("%s,%d,%d,%d,stream,%d,%d,%d,%d,%.2f,%.0f,%.2e%s%s\n", sd.name, m, k, n, bn, v.stages, splits,
+                      packed, us, weight_bytes / (us * 1e3), err, err > 1e-2 ? " WRONG" : "",
+                      same ? "" : " NOT-REPEATABLE");
+          if (probe == 0 && (err > 1e-2 || !same)) ++failures;
+        }
+        if (ws) CK(cudaFree(ws));
+        if (counters) CK(cudaFree(counters));
+      }
+      CK(cudaFree(wp));
+    }
+    std::fflush(stdout);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(desc);
+    CK(cudaFree(x));
+    CK(cudaFree(w));
+    CK(cudaFree(y));
+    CK(cudaFree(y_ref));
+  }
+  std::printf("# %d failures\n", failures);
+  return failures ? 1 : 0;
+}
