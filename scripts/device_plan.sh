@@ -26,9 +26,9 @@
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   gsk   wip/engine-split-gemm.patch (item 239): its GPU tests (the engine's whole GPU suite) and
-#         memcheck of the split-K GEMM's, then the engine with the split-K GEMM on and off
-#         (GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1; MHA twice each, GQA-8 and MQA once), the tuner's
-#         choices printed (~380 s)
+#         memcheck of the split-K GEMM's, then the engine with the split-K GEMM on, off
+#         (GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1) and main's (built apart first; MHA twice each, GQA-8
+#         and MQA once), the tuner's choices printed (~480 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -127,12 +127,13 @@ save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.t
 saver=$!
 trap 'kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
 
-# The engine A/B of the steps below: E2E_AB_TWICE's K/V heads in the order A, B, B, A, then
-# E2E_AB_ONCE's once a setting (e2e_ab.sh); the two summaries printed. Usage: engine_ab A B.
+# The engine A/B of the steps below: E2E_AB_TWICE's K/V heads in the order A, B, ..., then back
+# (ABBA), then E2E_AB_ONCE's once a setting (e2e_ab.sh); the two summaries printed. Usage:
+# engine_ab A B [C ...].
 engine_ab() {
   local rc=0
-  E2E_HEADS=$E2E_AB_TWICE E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab_twice" "$1" "$2" || rc=1; save
-  E2E_HEADS=$E2E_AB_ONCE E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab_once" "$1" "$2" || rc=1
+  E2E_HEADS=$E2E_AB_TWICE E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab_twice" "$@" || rc=1; save
+  E2E_HEADS=$E2E_AB_ONCE E2E_ROUNDS=1 E2E_TIMEOUT=90 scripts/e2e_ab.sh build-gpu "$L/ab_once" "$@" || rc=1
   cat "$L/ab_twice/summary.txt" "$L/ab_once/summary.txt"
   return $rc
 }
@@ -176,8 +177,11 @@ case $step in
     # wip/engine-split-gemm.patch (items 238-239): the o and down projections of decode steps as
     # split-K planes (engine/gemm_sm90.cu) that add_rmsnorm adds to the residual. Applied to this copy
     # of the tree; the engine's GPU tests and memcheck of the new ones; then the engine with the
-    # split-K GEMM on and off (MHA in the order on, off, off, on; GQA-8 and MQA once each) and the
-    # tuner's choices (GQATTN_ENGINE_GEMM_LOG's "gemm planes" lines). Reverted after.
+    # split-K GEMM on, off, and main's engine (built apart first, in build-main: the patch also
+    # makes the delta fp32; MHA in the order on, off, main, main, off, on; GQA-8 and MQA once each)
+    # and the tuner's choices (GQATTN_ENGINE_GEMM_LOG's "gemm planes" lines). Reverted after.
+    GQATTN_BUILD_DIR=build-main GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/main scripts/gpu_check.sh build ||
+      exit 1
     git apply wip/engine-split-gemm.patch || exit 1
     rc=0
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1
@@ -187,7 +191,8 @@ case $step in
       timeout 120 compute-sanitizer --tool memcheck build-gpu/tests/gqattn_engine_gpu_tests \
         --gtest_filter='ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' > "$L/memcheck.log" 2>&1 || rc=1
       tail -2 "$L/memcheck.log"; save
-      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "split:" "nosplit:GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1" || rc=1
+      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "split:" "nosplit:GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1" \
+        "main:@build-main" || rc=1
       grep -h "gemm planes" "$L"/ab_twice/split_kv32_1.log "$L"/ab_once/split_kv*_1.log | sort | uniq -c
     fi
     git apply -R wip/engine-split-gemm.patch

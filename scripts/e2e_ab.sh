@@ -5,7 +5,8 @@
 # seconds and mean decode step per setting. Usage (on the GPU machine, after a build):
 #   E2E_HEADS="8 1" scripts/e2e_ab.sh BUILD_DIR OUT_DIR "on:" "off:GQATTN_DISABLE_ENGINE_PREFETCH=1" ...
 # A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set); an item that
-# starts with -- is a flag of `gqattn-serve bench` instead ("p64:--page-size=64"); E2E_ROUNDS=1
+# starts with -- is a flag of `gqattn-serve bench` instead ("p64:--page-size=64"), and one that
+# starts with @ names another build directory whose gqattn-serve runs ("main:@build-main"); E2E_ROUNDS=1
 # skips the reversed round. Every run logs
 # its GEMM tuning (GQATTN_ENGINE_GEMM_LOG=1) to OUT_DIR/<name>_kv<h>_<round>.log. Exits 1 when
 # a run failed (its total is then "?", left out of the best).
@@ -18,15 +19,16 @@ summary="$out/summary.txt"
 status=0
 run() {  # run SETTING ROUND
   local name=${1%%:*} vars=${1#*:} round=$2
-  local extra="GQATTN_ENGINE_GEMM_LOG=1" env_vars=() flags=() item
+  local extra="GQATTN_ENGINE_GEMM_LOG=1" env_vars=() flags=() item bin=$build
   for item in $(echo "$vars" | tr ',' ' '); do
-    if [[ $item == --*=* ]]; then flags+=("${item%%=*}" "${item#*=}")
+    if [[ $item == @* ]]; then bin=${item#@}
+    elif [[ $item == --*=* ]]; then flags+=("${item%%=*}" "${item#*=}")
     elif [[ $item == --* ]]; then flags+=("$item")
     else env_vars+=("$item"); fi
   done
   for h in $heads; do
     local log="$out/${name}_kv${h}_$round.log"
-    env "${env_vars[@]}" $extra timeout "${E2E_TIMEOUT:-150}" "$build/gqattn-serve" bench --device cuda \
+    env "${env_vars[@]}" $extra timeout "${E2E_TIMEOUT:-150}" "$bin/gqattn-serve" bench --device cuda \
       --model llama2-7b --num-kv-heads "$h" "${flags[@]}" > "$log" 2>&1 || { echo "$name kv$h round $round: exit $?"; status=1; }
     local total step
     total=$(awk '/^total/ {print $2}' "$log")
