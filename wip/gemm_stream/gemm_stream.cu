@@ -169,28 +169,26 @@ __global__ void __launch_bounds__(384, 1)
     // Fragment: register 4j + e holds token row wq*16 + lane/4 + 8*(e/2), weight row 8j + 2*(lane%4) + e%2.
     const int t_base = c * 64 + wq * 16 + lane / 4;
     const int m_base = nb * BN + 2 * (lane % 4);
-    if (p.splits == 1) {
+    // Calls store(t, m, a, b) for each in-range pair of adjacent outputs this thread holds.
+    auto each_pair = [&](auto store) {
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int t = t_base + 8 * h, m = m_base + 8 * j;
-          if (t < p.n)
-            *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<size_t>(t) * p.ldy + m) =
-                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          const int t = t_base + 8 * h;
+          if (t < p.n) store(t, m_base + 8 * j, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
+    };
+    if (p.splits == 1) {
+      each_pair([&](int t, int m, float a, float b) {
+        *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<size_t>(t) * p.ldy + m) = __floats2bfloat162_rn(a, b);
+      });
       continue;
     }
     const size_t plane = static_cast<size_t>(p.n) * p.m;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int t = t_base + 8 * h, m = m_base + 8 * j;
-        if (t < p.n)
-          __stcg(reinterpret_cast<float2*>(p.ws + s * plane + static_cast<size_t>(t) * p.m + m),
-                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
-      }
+    each_pair([&](int t, int m, float a, float b) {
+      __stcg(reinterpret_cast<float2*>(p.ws + s * plane + static_cast<size_t>(t) * p.m + m), make_float2(a, b));
+    });
     // Dead until the next unit's first wgmma overwrites them: zeros the compiler can rematerialise
     // there, instead of 64-128 registers held through the reduction below.
 #pragma unroll
