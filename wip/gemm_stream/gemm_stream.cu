@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "prims/counter_random.h"
 #include "prims/sm90.cuh"
 #include "prims/tma_encoder.h"
 #include "prims/wgmma_ops.cuh"
@@ -255,17 +256,13 @@ __global__ void pack_kernel(const bf16* w, bf16* out, int m, int k, int bn) {
   }
 }
 
-__device__ __forceinline__ float hash_unit(uint64_t x) {  // splitmix64 -> [-1, 1)
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return static_cast<float>(x >> 40) * (2.f / 16777216.f) - 1.f;
+__device__ __forceinline__ float random_unit(uint64_t seed, uint64_t i) {  // [-1, 1)
+  return static_cast<float>(gqattn::prims::random_bits(seed, 0, i) >> 40) * (2.f / 16777216.f) - 1.f;
 }
 __global__ void fill_kernel(bf16* p, size_t n, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(scale * hash_unit(seed * 0x100000001B3ull + i));
+    p[i] = __float2bfloat16(scale * random_unit(seed, i));
 }
 __global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
   unsigned x = 0;
