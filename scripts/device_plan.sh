@@ -31,8 +31,8 @@
 #         and MQA once), the tuner's choices printed (~480 s)
 #   gqk   wip/engine-split-qkv.patch on wip/engine-split-gemm.patch (item 241): the qkv projection's
 #         planes read by the fused RoPE + K/V store too; the engine's GPU suite and memcheck of the new
-#         tests, then the engine against main's (build-main, built first where gsk has not left it;
-#         the first patch alone: gsk's arms, the call before on the same machine) (~300 s after gsk)
+#         tests, then the engine against main's (build-main, built first where gsk has not left it)
+#         and gsk's (build-split, where gsk ran before on this machine) (~300-400 s after gsk)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -189,6 +189,8 @@ case $step in
     git apply wip/engine-split-gemm.patch || exit 1
     rc=0
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1
+    # The patched engine (statically linked) kept for gqk's third arm.
+    [[ $rc == 0 ]] && mkdir -p build-split && cp build-gpu/gqattn-serve build-split/
     if [[ $rc == 0 ]]; then
       timeout 240 build-gpu/tests/gqattn_engine_gpu_tests > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
       grep -E "PASSED|FAILED" "$L/tests.log"; save
@@ -207,8 +209,8 @@ case $step in
     # steps as planes too, read by the fused RoPE + K/V store (rope_store_kv_planes). The engine's
     # GPU suite (new: the planes' store bit for bit against sum_planes + rope_store_kv, sum_planes
     # against the host, whole tiny models with every split forced) and memcheck of the new tests;
-    # then the engine against main's (MHA twice, GQA-8 and MQA once; gsk's numbers for the first
-    # patch alone come from the call before on the same machine). Both patches reverted after.
+    # then the engine against main's and the first patch's alone (gsk's binary, where gsk ran on this
+    # machine before; MHA twice, GQA-8 and MQA once). Both patches reverted after.
     [[ -x build-main/gqattn-serve ]] ||
       GQATTN_BUILD_DIR=build-main GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/main scripts/gpu_check.sh build ||
       exit 1
@@ -221,7 +223,9 @@ case $step in
       timeout 150 compute-sanitizer --tool memcheck build-gpu/tests/gqattn_engine_gpu_tests \
         --gtest_filter='ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:*GpuTinyModel*split2*' > "$L/memcheck.log" 2>&1 || rc=1
       tail -2 "$L/memcheck.log"; save
-      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "qkv:" "main:@build-main" || rc=1
+      arms=("qkv:" "main:@build-main")
+      [[ -x build-split/gqattn-serve ]] && arms+=("split:@build-split")  # gsk's engine, where gsk ran before
+      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "${arms[@]}" || rc=1
       grep -h "gemm planes" "$L"/ab_twice/qkv_kv32_1.log "$L"/ab_once/qkv_kv*_1.log | sort | uniq -c
     fi
     git apply -R wip/engine-split-qkv.patch; git apply -R wip/engine-split-gemm.patch
