@@ -32,7 +32,7 @@
 #   gqk   wip/engine-split-qkv.patch on wip/engine-split-gemm.patch (item 241): the qkv projection's
 #         planes read by the fused RoPE + K/V store too; the engine's GPU suite and memcheck of the new
 #         tests, then the engine against main's (build-main, built first where gsk has not left it)
-#         and gsk's (build-split, where gsk ran before on this machine) (~300-400 s after gsk)
+#         and gsk's (build-gsk, where gsk ran before on this machine) (~300-400 s after gsk)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -142,6 +142,37 @@ engine_ab() {
   return $rc
 }
 
+# The engine patch steps (gsk, gqk): main's engine built in build-main (where an earlier call on
+# this machine has not left it), PATCHES applied in order and built, the engine's whole GPU suite
+# and memcheck of FILTER, then engine_ab of the arms, the first the patched engine (its tuner's
+# "gemm planes" lines printed; kept in build-STEP, statically linked, as a later step's arm); the
+# patches reverted. MHA twice an arm, GQA-8 and MQA once. Usage: patch_ab "PATCHES" FILTER ARM...
+patch_ab() {
+  local patches=$1 filter=$2 p rc=0 reverse=""
+  shift 2
+  [[ -x build-main/gqattn-serve ]] ||
+    GQATTN_BUILD_DIR=build-main GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/main scripts/gpu_check.sh build ||
+    return 1
+  for p in $patches; do
+    git apply "$p" || { rc=1; break; }
+    reverse="$p $reverse"
+  done
+  [[ $rc == 0 ]] && { GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1; }
+  if [[ $rc == 0 ]]; then
+    mkdir -p "build-$step" && cp build-gpu/gqattn-serve "build-$step/"
+    timeout 240 build-gpu/tests/gqattn_engine_gpu_tests > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
+    grep -E "PASSED|FAILED" "$L/tests.log"; save
+    timeout 150 compute-sanitizer --tool memcheck build-gpu/tests/gqattn_engine_gpu_tests \
+      --gtest_filter="$filter" > "$L/memcheck.log" 2>&1 || rc=1
+    tail -2 "$L/memcheck.log"; save
+    E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "$@" || rc=1
+    local first=${1%%:*}
+    grep -h "gemm planes" "$L/ab_twice/${first}_kv32_1.log" "$L"/ab_once/"${first}"_kv*_1.log | sort | uniq -c
+  fi
+  for p in $reverse; do git apply -R "$p"; done
+  return $rc
+}
+
 case $step in
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
@@ -184,52 +215,20 @@ case $step in
     # split-K GEMM on, off, and main's engine (built apart first, in build-main: the patch also
     # makes the delta fp32; MHA in the order on, off, main, main, off, on; GQA-8 and MQA once each)
     # and the tuner's choices (GQATTN_ENGINE_GEMM_LOG's "gemm planes" lines). Reverted after.
-    GQATTN_BUILD_DIR=build-main GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/main scripts/gpu_check.sh build ||
-      exit 1
-    git apply wip/engine-split-gemm.patch || exit 1
-    rc=0
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1
-    # The patched engine (statically linked) kept for gqk's third arm.
-    [[ $rc == 0 ]] && mkdir -p build-split && cp build-gpu/gqattn-serve build-split/
-    if [[ $rc == 0 ]]; then
-      timeout 240 build-gpu/tests/gqattn_engine_gpu_tests > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
-      grep -E "PASSED|FAILED" "$L/tests.log"; save
-      timeout 120 compute-sanitizer --tool memcheck build-gpu/tests/gqattn_engine_gpu_tests \
-        --gtest_filter='ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' > "$L/memcheck.log" 2>&1 || rc=1
-      tail -2 "$L/memcheck.log"; save
-      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "split:" "nosplit:GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1" \
-        "main:@build-main" || rc=1
-      grep -h "gemm planes" "$L"/ab_twice/split_kv32_1.log "$L"/ab_once/split_kv*_1.log | sort | uniq -c
-    fi
-    git apply -R wip/engine-split-gemm.patch
-    exit $rc
+    patch_ab wip/engine-split-gemm.patch 'ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' \
+      "split:" "nosplit:GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1" "main:@build-main"
     ;;
   gqk)
     # wip/engine-split-qkv.patch (item 241) on the split-K GEMM's: the qkv projection of decode
     # steps as planes too, read by the fused RoPE + K/V store (rope_store_kv_planes). The engine's
     # GPU suite (new: the planes' store bit for bit against sum_planes + rope_store_kv, sum_planes
     # against the host, whole tiny models with every split forced) and memcheck of the new tests;
-    # then the engine against main's and the first patch's alone (gsk's binary, where gsk ran on this
-    # machine before; MHA twice, GQA-8 and MQA once). Both patches reverted after.
-    [[ -x build-main/gqattn-serve ]] ||
-      GQATTN_BUILD_DIR=build-main GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/main scripts/gpu_check.sh build ||
-      exit 1
-    git apply wip/engine-split-gemm.patch && git apply wip/engine-split-qkv.patch || exit 1
-    rc=0
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || rc=1
-    if [[ $rc == 0 ]]; then
-      timeout 240 build-gpu/tests/gqattn_engine_gpu_tests > "$L/tests.log" 2>&1 || { echo "engine GPU tests failed"; rc=1; }
-      grep -E "PASSED|FAILED" "$L/tests.log"; save
-      timeout 150 compute-sanitizer --tool memcheck build-gpu/tests/gqattn_engine_gpu_tests \
-        --gtest_filter='ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:*GpuTinyModel*split2*' > "$L/memcheck.log" 2>&1 || rc=1
-      tail -2 "$L/memcheck.log"; save
-      arms=("qkv:" "main:@build-main")
-      [[ -x build-split/gqattn-serve ]] && arms+=("split:@build-split")  # gsk's engine, where gsk ran before
-      E2E_AB_TWICE=32 E2E_AB_ONCE="8 1" engine_ab "${arms[@]}" || rc=1
-      grep -h "gemm planes" "$L"/ab_twice/qkv_kv32_1.log "$L"/ab_once/qkv_kv*_1.log | sort | uniq -c
-    fi
-    git apply -R wip/engine-split-qkv.patch; git apply -R wip/engine-split-gemm.patch
-    exit $rc
+    # then the engine against main's and the first patch's alone (gsk's, where gsk ran on this
+    # machine before).
+    arms=("qkv:" "main:@build-main")
+    [[ -x build-gsk/gqattn-serve ]] && arms+=("split:@build-gsk")
+    patch_ab "wip/engine-split-gemm.patch wip/engine-split-qkv.patch" \
+      'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:*GpuTinyModel*split2*' "${arms[@]}"
     ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
@@ -258,7 +257,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gsk, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gsk, gqk, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
