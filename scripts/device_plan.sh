@@ -228,7 +228,7 @@ case $step in
     arms=("qkv:" "main:@build-main")
     [[ -x build-gsk/gqattn-serve ]] && arms+=("split:@build-gsk")
     patch_ab "wip/engine-split-gemm.patch wip/engine-split-qkv.patch" \
-      'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:ComputeOps.GemmPlanesWritesTheUnsplit*:*GpuTinyModel*split2*' "${arms[@]}"
+      'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:ComputeOps.GemmPlanesWritesTheUnsplit*' "${arms[@]}"
     ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
