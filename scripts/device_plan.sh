@@ -33,6 +33,9 @@
 #         planes read by the fused RoPE + K/V store too; the engine's GPU suite and memcheck of the new
 #         tests, then the engine against main's (build-main, built first where gsk has not left it)
 #         and gsk's (build-gsk, where gsk ran before on this machine) (~300-400 s after gsk)
+#   gsu   wip/engine-split-gate-up.patch on the two above (item 244): gate_up's planes read by SwiGLU,
+#         split configurations of more units than SMs for products of more tiles than SMs; its GPU
+#         suite, memcheck of the new test, the engine against main's and gqk's (build-gqk) (~350 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -46,9 +49,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gsk|gqk|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gsk|gqk|gsu|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/engine-split-gemm.patch wip/engine-split-qkv.patch")  # b written on top of a
+STACKS=("wip/engine-split-gemm.patch wip/engine-split-qkv.patch wip/engine-split-gate-up.patch")  # each on the one before
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -85,7 +88,7 @@ if [[ $step == check ]]; then
   for s in "${STACKS[@]}"; do
     # shellcheck disable=SC2086
     apply_all $s && echo "device_plan check: applies: $s"
-    stacked+="${s##* } "
+    stacked+="$s "  # each member applied in its stack (the ones above need those below)
   done
   for p in wip/*.patch; do
     [[ -e $p ]] || continue  # no patch in wip/
@@ -230,6 +233,15 @@ case $step in
     patch_ab "wip/engine-split-gemm.patch wip/engine-split-qkv.patch" \
       'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:ComputeOps.GemmPlanesWritesTheUnsplit*' "${arms[@]}"
     ;;
+  gsu)
+    # wip/engine-split-gate-up.patch (item 244) on the qkv and split-K patches: gate_up of decode
+    # steps as planes (three or four waves of units: its 172 tiles of 128 rows pass one) that
+    # SwiGLU sums as it reads them. Against main's engine and gqk's (where gqk ran on this machine).
+    arms=("gateup:" "main:@build-main")
+    [[ -x build-gqk/gqattn-serve ]] && arms+=("qkv:@build-gqk")
+    patch_ab "wip/engine-split-gemm.patch wip/engine-split-qkv.patch wip/engine-split-gate-up.patch" \
+      'ComputeOps.SwigluOfPlanes*:ComputeOps.GemmPlanes*' "${arms[@]}"
+    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -257,7 +269,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gsk, gqk, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gsk, gqk, gsu, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
