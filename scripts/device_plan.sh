@@ -22,20 +22,15 @@
 #         with and without the partial-wave split (GQATTN_DISABLE_PARTIAL_WAVE_SPLIT=1) (~470 s)
 # (Steps w216, e188 and w192 ran in session 44: item 216 rejected, items 188 and 192 landed;
 # g221 ran in session 45: its patch rejected, perf-notes item 226.)
-# (Steps pe, p64, hnd and l2p ran in session 46: perf-notes items 234-237; l2p's patch rejected.)
+# (Steps pe, p64, hnd and l2p ran in session 46: perf-notes items 234-237; l2p's patch rejected.
+# Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
-#   gsk   wip/engine-split-gemm.patch (item 239): its GPU tests (the engine's whole GPU suite) and
-#         memcheck of the split-K GEMM's, then the engine with the split-K GEMM on, off
-#         (GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1) and main's (built apart first; MHA twice each, GQA-8
-#         and MQA once), the tuner's choices printed (~480 s)
-#   gqk   wip/engine-split-qkv.patch on wip/engine-split-gemm.patch (item 241): the qkv projection's
-#         planes read by the fused RoPE + K/V store too; the engine's GPU suite and memcheck of the new
-#         tests, then the engine against main's (build-main, built first where gsk has not left it)
-#         and gsk's (build-gsk, where gsk ran before on this machine) (~300-400 s after gsk)
-#   gsu   wip/engine-split-gate-up.patch on the two above (item 244): gate_up's planes read by SwiGLU,
-#         split configurations of more units than SMs for products of more tiles than SMs; its GPU
-#         suite, memcheck of the new test, the engine against main's and gqk's (build-gqk) (~350 s)
+#   gmc   wip/gemm_stream with clusters (perf-notes item 247): o, qkv (MQA, GQA-8), down and gate_up at
+#         128 tokens, split-K stored as planes, clusters of 1 / 2 / 4 CTAs sharing each X stage by
+#         multicast, beside cuBLASLt (checked at 77 tokens, memcheck of o), then the W-only and
+#         X-only probes of o: is X's re-reading through the L2 what holds the split-K kernel at
+#         ~0.5 us a k block (item 246)? (~150 s; no library build)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -49,9 +44,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gsk|gqk|gsu|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gmc|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/engine-split-gemm.patch wip/engine-split-qkv.patch wip/engine-split-gate-up.patch")  # each on the one before
+STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b applies on a (session 48's engine-split-* stack was one)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -134,7 +129,7 @@ save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.t
 saver=$!
 trap 'kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
 
-# The engine A/B of the steps below: E2E_AB_TWICE's K/V heads in the order A, B, ..., then back
+# The engine A/B of an engine patch's step: E2E_AB_TWICE's K/V heads in the order A, B, ..., then back
 # (ABBA), then E2E_AB_ONCE's once a setting (e2e_ab.sh); the two summaries printed. Usage:
 # engine_ab A B [C ...].
 engine_ab() {
@@ -145,11 +140,12 @@ engine_ab() {
   return $rc
 }
 
-# The engine patch steps (gsk, gqk): main's engine built in build-main (where an earlier call on
-# this machine has not left it), PATCHES applied in order and built, the engine's whole GPU suite
-# and memcheck of FILTER, then engine_ab of the arms, the first the patched engine (its tuner's
-# "gemm planes" lines printed; kept in build-STEP, statically linked, as a later step's arm); the
-# patches reverted. MHA twice an arm, GQA-8 and MQA once. Usage: patch_ab "PATCHES" FILTER ARM...
+# An engine patch's step (none is planned now; session 48's gsk, gqk and gsu were three): main's
+# engine built in build-main (where an earlier call on this machine has not left it), PATCHES
+# applied in order and built, the engine's whole GPU suite and memcheck of FILTER, then engine_ab of
+# the arms, the first the patched engine (its tuner's "gemm planes" lines printed, where it has
+# them; kept in build-STEP, statically linked, as a later step's arm); the patches reverted. MHA
+# twice an arm, GQA-8 and MQA once. Usage: patch_ab "PATCHES" FILTER ARM...
 patch_ab() {
   local patches=$1 filter=$2 p rc=0 reverse=""
   shift 2
@@ -211,36 +207,18 @@ case $step in
     prof mqa_s150 1 150 400
     prof mha_s700 32 700 992
     ;;
-  gsk)
-    # wip/engine-split-gemm.patch (items 238-239): the o and down projections of decode steps as
-    # split-K planes (engine/gemm_sm90.cu) that add_rmsnorm adds to the residual. Applied to this copy
-    # of the tree; the engine's GPU tests and memcheck of the new ones; then the engine with the
-    # split-K GEMM on, off, and main's engine (built apart first, in build-main: the patch also
-    # makes the delta fp32; MHA in the order on, off, main, main, off, on; GQA-8 and MQA once each)
-    # and the tuner's choices (GQATTN_ENGINE_GEMM_LOG's "gemm planes" lines). Reverted after.
-    patch_ab wip/engine-split-gemm.patch 'ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' \
-      "split:" "nosplit:GQATTN_DISABLE_ENGINE_SPLIT_GEMM=1" "main:@build-main"
-    ;;
-  gqk)
-    # wip/engine-split-qkv.patch (item 241) on the split-K GEMM's: the qkv projection of decode
-    # steps as planes too, read by the fused RoPE + K/V store (rope_store_kv_planes). The engine's
-    # GPU suite (new: the planes' store bit for bit against sum_planes + rope_store_kv, sum_planes
-    # against the host, whole tiny models with every split forced) and memcheck of the new tests;
-    # then the engine against main's and the first patch's alone (gsk's, where gsk ran on this
-    # machine before).
-    arms=("qkv:" "main:@build-main")
-    [[ -x build-gsk/gqattn-serve ]] && arms+=("split:@build-gsk")
-    patch_ab "wip/engine-split-gemm.patch wip/engine-split-qkv.patch" \
-      'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:ComputeOps.GemmPlanesWritesTheUnsplit*' "${arms[@]}"
-    ;;
-  gsu)
-    # wip/engine-split-gate-up.patch (item 244) on the qkv and split-K patches: gate_up of decode
-    # steps as planes (three or four waves of units: its 172 tiles of 128 rows pass one) that
-    # SwiGLU sums as it reads them. Against main's engine and gqk's (where gqk ran on this machine).
-    arms=("gateup:" "main:@build-main")
-    [[ -x build-gqk/gqattn-serve ]] && arms+=("qkv:@build-gqk")
-    patch_ab "wip/engine-split-gemm.patch wip/engine-split-qkv.patch wip/engine-split-gate-up.patch" \
-      'ComputeOps.SwigluOfPlanes*:ComputeOps.GemmPlanes*' "${arms[@]}"
+  gmc)
+    rc=0
+    OUT=$L GEMM_STREAM_CLUSTERS=1,2,4 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 \
+      GEMM_STREAM_SHAPES=o,qkv_mqa,qkv_gqa8,down,gate_up bash wip/gemm_stream/gemm_stream.sh || rc=1
+    save
+    for pr in 1 2; do  # 1: W loads alone, 2: X loads alone (wrong values by design)
+      GEMM_STREAM_PROBE=$pr GEMM_STREAM_CLUSTERS=1,2,4 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 GEMM_STREAM_SHAPES=o \
+        GEMM_STREAM_LT_ALGOS=1 timeout 60 /tmp/gemm_stream 128 9 > "$L/probe$pr.csv" 2>&1
+      echo "== probe $pr, o: us by bn x splits and cluster"
+      awk -F, '$5 == "stream" { print "bn " $6 " x " $8 " cluster " $10 ": " $13 " us" }' "$L/probe$pr.csv"
+    done
+    exit $rc
     ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
@@ -269,7 +247,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gsk, gqk, gsu, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gmc, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac

@@ -15,6 +15,15 @@
 // the last CTA of an n-block (a counter) adds the splits in order 0..S-1 (repeatable bits) and
 // stores bf16.
 //
+// Session 48 (perf-notes item 247) adds two options. `planes`: a split's fp32 partial is stored
+// to its own plane of the workspace and nothing adds them (the engine's split-K form of item 239,
+// whose reader, add_rmsnorm, adds the planes); the check adds them afterwards. `cluster` C = 2 or
+// 4: the C CTAs of a thread-block cluster take C neighbouring n-blocks of one k split in step, and
+// each loads a 128 / C-token slice of every X stage and multicasts it to all C, so the L2 serves
+// X once a cluster instead of once a CTA (at 128 tokens and bn 64 X is two thirds of what a CTA
+// reads a k block). A stage is released to the producers only when the consumers of all C CTAs
+// are done with it (their warps arrive on every CTA's empty barrier).
+//
 // Standalone program (not built by CMake): gemm_stream.sh builds it with nvcc on the GPU machine,
 // checks every variant against cuBLASLt's product and a float64 host product of sampled tokens,
 // and times each variant beside cuBLASLt's best of its heuristic's algorithms, all after an L2
@@ -66,7 +75,9 @@ struct Params {
   int n, m, k;
   int num_nb, splits, kiters;  // kiters = k / 64
   int packed;
-  int probe;  // 0: the product; 1: W loads only; 2: X loads only (timing probes, wrong values)
+  int probe;    // 0: the product; 1: W loads only; 2: X loads only (timing probes, wrong values)
+  int planes;   // splits > 1: each split's partial stored to plane s of ws, not reduced here
+  int cluster;  // CTAs a cluster sharing each X stage by multicast (1, 2 or 4)
 };
 
 template <int BN, int kStages>
@@ -84,6 +95,45 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(gqattn::prims::smem_addr(bar))
       : "memory");
 }
+// The same box written to `dst` of every CTA in `mask` (cluster ranks), each CTA's barrier at
+// `bar`'s offset counting the bytes that land in it.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3}], [%4], %5;\n" ::"r"(gqattn::prims::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(gqattn::prims::smem_addr(bar)), "h"(mask)
+      : "memory");
+}
+// One arrival on the barrier at `bar`'s offset in the shared memory of cluster rank `rank`.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(gqattn::prims::smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
+// mbar_wait with acquire at cluster scope: the empty barriers' arrivals come from other CTAs
+// (release.cluster), whose wgmma reads must be ordered before this CTA's multicast overwrites them.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(gqattn::prims::smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
 
 template <int BN, int kStages>
 __global__ void __launch_bounds__(384, 1)
@@ -95,15 +145,29 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* empty = full + kStages;
   int* s_last = reinterpret_cast<int*>(empty + kStages);
   const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
+  const int C = p.cluster;
+  const uint32_t rank = C > 1 ? cluster_rank() : 0;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
+      sm90::mbar_init(&empty[s], 8 * C);  // lane 0 of each consumer warp of each CTA of the cluster
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
-  const int units = p.num_nb * p.splits;
+  // A cluster's barriers are initialised before any CTA multicasts into another or arrives on it.
+  if (C > 1)
+    cluster_sync();
+  else
+    __syncthreads();
+  // Work: groups of C units (C neighbouring n-blocks, one k split), a cluster a group at a time;
+  // the host makes num_nb a multiple of C and the grid a multiple of C CTAs.
+  if (C > 1 && (p.num_nb % C || gridDim.x % C)) __trap();  // the host's invariants
+  const int groups = p.num_nb / C * p.splits;
+  const int first_group = blockIdx.x / C, group_step = gridDim.x / C;
+  auto unit_of = [&](int g, int& nb, int& s) {
+    nb = (g / p.splits) * C + static_cast<int>(rank);
+    s = g % p.splits;
+  };
   auto k_range = [&](int s, int& k0, int& k1) {
     k0 = static_cast<int>(static_cast<long long>(s) * p.kiters / p.splits);
     k1 = static_cast<int>(static_cast<long long>(s + 1) * p.kiters / p.splits);
@@ -113,16 +177,27 @@ __global__ void __launch_bounds__(384, 1)
     sm90::setmaxnreg_dec<40>();
     if (tid == 0) {
       uint32_t it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const int nb = u / p.splits, s = u % p.splits;
-        int k0, k1;
+      for (int g = first_group; g < groups; g += group_step) {
+        int nb, s, k0, k1;
+        unit_of(g, nb, s);
         k_range(s, k0, k1);
         for (int kb = k0; kb < k1; ++kb, ++it) {
           const int stage = static_cast<int>(it % kStages);
-          sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+          // With C > 1 this phase completes only when every CTA of the cluster freed the stage
+          // (the X slice below lands in all of them).
+          if (C == 1)
+            sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+          else
+            mbar_wait_cluster(&empty[stage], ((it / kStages) & 1) ^ 1);
           uint8_t* st = smem + stage * S::kStageBytes;
           sm90::mbar_arrive_expect_tx(&full[stage], p.probe == 1 ? S::kWBytes : p.probe == 2 ? S::kXBytes : S::kStageBytes);
-          if (p.probe != 1) tma_load_2d(st, &tmx, &full[stage], kb * 64, 0);
+          if (p.probe != 1) {
+            if (C == 1)
+              tma_load_2d(st, &tmx, &full[stage], kb * 64, 0);
+            else  // tokens [rank * 128 / C, (rank + 1) * 128 / C): whole 8-row swizzle atoms
+              tma_load_2d_multicast(st + rank * (S::kXBytes / C), &tmx, &full[stage], kb * 64,
+                                    static_cast<int>(rank) * (128 / C), static_cast<uint16_t>((1u << C) - 1));
+          }
           if (p.probe == 2) continue;
           if (p.packed)
             tma_load_2d(st + S::kXBytes, &tmw, &full[stage], 0, (nb * p.kiters + kb) * BN);
@@ -131,20 +206,29 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
     }
-    return;
-  }
+    // No early return: every thread takes part in the cluster barrier at the end.
+  } else {
 
   sm90::setmaxnreg_inc<232>();
   const int c = wg - 1;  // tokens 64c .. 64c + 63
   const int wq = warp % 4;
+  // Frees a stage: lane r arrives on cluster rank r's empty barrier (C == 1: lane 0 on its own).
+  auto release = [&](int stage) {
+    if (C == 1) {
+      if (lane == 0) sm90::mbar_arrive(&empty[stage]);
+    } else if (lane < C) {
+      mbar_arrive_cluster(&empty[stage], static_cast<uint32_t>(lane));
+    }
+    __syncwarp();
+  };
   float acc[BN / 2];
   const sm90::SmemDesc a0 = sm90::smem_desc_sw128(smem + c * 8192, 16);
   const sm90::SmemDesc b0 = sm90::smem_desc_sw128(smem + S::kXBytes, 16);
   constexpr uint32_t kStageUnits = S::kStageBytes >> 4;
   uint32_t it = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const int nb = u / p.splits, s = u % p.splits;
-    int k0, k1;
+  for (int g = first_group; g < groups; g += group_step) {
+    int nb, s, k0, k1;
+    unit_of(g, nb, s);
     k_range(s, k0, k1);
     int prev = -1;
     for (int kb = k0; kb < k1; ++kb, ++it) {
@@ -157,13 +241,11 @@ __global__ void __launch_bounds__(384, 1)
                                   (kb > k0 || kk > 0) ? 1 : 0);
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
-      if (prev >= 0 && lane == 0) sm90::mbar_arrive(&empty[prev]);
-      __syncwarp();
+      if (prev >= 0) release(prev);
       prev = stage;
     }
     sm90::wgmma_wait<0>();
-    if (prev >= 0 && lane == 0) sm90::mbar_arrive(&empty[prev]);
-    __syncwarp();
+    if (prev >= 0) release(prev);
 #pragma unroll
     for (int j = 0; j < BN / 2; ++j) sm90::fence_operand(acc[j]);
 
@@ -190,6 +272,7 @@ __global__ void __launch_bounds__(384, 1)
     each_pair([&](int t, int m, float a, float b) {
       __stcg(reinterpret_cast<float2*>(p.ws + s * plane + static_cast<size_t>(t) * p.m + m), make_float2(a, b));
     });
+    if (p.planes) continue;  // the planes are the output
     // Dead until the next unit's first wgmma overwrites them: zeros the compiler can rematerialise
     // there, instead of 64-128 registers held through the reduction below.
 #pragma unroll
@@ -203,7 +286,7 @@ __global__ void __launch_bounds__(384, 1)
       // from the workspace), coalesced: 256 threads, float4 columns, kRound positions a thread in
       // flight, one L2 round trip per split and round.
       __threadfence();
-      constexpr int kCols4 = BN / 4, kRound = BN == 64 ? 16 : BN == 128 ? 8 : 4;
+      constexpr int kCols4 = BN / 4, kRound = BN == 256 ? 4 : 8;
       const int total4 = p.n * kCols4;
       const int ct = tid - 128;
       for (int base = ct; base < total4; base += 256 * kRound) {
@@ -240,6 +323,19 @@ __global__ void __launch_bounds__(384, 1)
       }
       if (tid == 128) p.counters[nb] = 0;
     }
+  }
+  }  // consumers
+  // No CTA leaves while another of its cluster may still multicast into it or arrive on it.
+  if (C > 1) cluster_sync();
+}
+
+// The planes' sum in plane order, rounded to bf16 (the check of the planes form only).
+__global__ void sum_planes_kernel(const float* ws, int planes, size_t plane, bf16* y) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < plane;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int q = 0; q < planes; ++q) acc += ws[q * plane + i];
+    y[i] = __float2bfloat16(acc);
   }
 }
 
@@ -299,22 +395,48 @@ struct Variant {
   int bn, stages, splits, packed;
 };
 
+// grid = 0: the grid the variant runs with (the units, at most the clusters that fit at once).
 template <int BN, int kStages>
-static void launch_t(const CUtensorMap& mx, const CUtensorMap& mw, const Params& p, int grid, cudaStream_t st) {
+static int launch_t(const CUtensorMap& mx, const CUtensorMap& mw, const Params& p, int grid, cudaStream_t st) {
   static bool init = false;
+  auto kernel = gemm_stream_kernel<BN, kStages>;
   if (!init) {
-    CK(cudaFuncSetAttribute(gemm_stream_kernel<BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            Shape<BN, kStages>::kSmem));
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<BN, kStages>::kSmem));
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     init = true;
   }
-  gemm_stream_kernel<BN, kStages><<<grid, 384, Shape<BN, kStages>::kSmem, st>>>(mx, mw, p);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(384);
+  cfg.dynamicSmemBytes = Shape<BN, kStages>::kSmem;
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (grid == 0) {  // one CTA an SM (shared memory); clusters as many as fit at once
+    int slots = 0;
+    if (p.cluster == 1) {
+      CK(cudaDeviceGetAttribute(&slots, cudaDevAttrMultiProcessorCount, 0));
+    } else {
+      cfg.gridDim = dim3(static_cast<unsigned>(p.cluster));
+      CK(cudaOccupancyMaxActiveClusters(&slots, kernel, &cfg));
+      slots *= p.cluster;
+    }
+    return std::min(p.num_nb * p.splits, slots);
+  }
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  CK(cudaLaunchKernelEx(&cfg, kernel, mx, mw, p));
+  return grid;
 }
 
-static void launch(const Variant& v, const CUtensorMap& mx, const CUtensorMap& mw, const Params& p, int grid,
-                   cudaStream_t st) {
-  if (v.bn == 64) launch_t<64, 9>(mx, mw, p, grid, st);
-  else if (v.bn == 128) launch_t<128, 6>(mx, mw, p, grid, st);
-  else launch_t<256, 4>(mx, mw, p, grid, st);
+static int launch(const Variant& v, const CUtensorMap& mx, const CUtensorMap& mw, const Params& p, int grid,
+                  cudaStream_t st) {
+  if (v.bn == 64) return launch_t<64, 9>(mx, mw, p, grid, st);
+  if (v.bn == 128) return launch_t<128, 6>(mx, mw, p, grid, st);
+  return launch_t<256, 4>(mx, mw, p, grid, st);
 }
 static int stages_of(int bn) { return bn == 64 ? 9 : bn == 128 ? 6 : 4; }
 
@@ -384,7 +506,27 @@ int main(int argc, char** argv) {
                              {"qkv_mha", 12288, 4096},   {"gate_up", 22016, 4096}, {"down", 4096, 11008},
                              {"lm_head", 32000, 4096}};
   int failures = 0;
-  std::printf("shape,m,k,n,kernel,bn,stages,splits,packed,us,weight_GBps,max_abs_err_vs_cublas\n");
+  // GEMM_STREAM_CLUSTERS (default "1"): the cluster sizes to run, e.g. "1,2,4"; GEMM_STREAM_PLANES=1:
+  // splits stored as planes (not reduced); GEMM_STREAM_PACKED (default "1,0"): which w layouts.
+  const auto int_list = [](const char* env, const char* fallback) {
+    std::vector<int> v;
+    std::string str = std::getenv(env) ? std::getenv(env) : fallback;
+    for (size_t at = 0; at < str.size();) {
+      const size_t comma = str.find(',', at);
+      v.push_back(std::atoi(str.substr(at, comma - at).c_str()));
+      at = comma == std::string::npos ? str.size() : comma + 1;
+    }
+    return v;
+  };
+  const std::vector<int> clusters = int_list("GEMM_STREAM_CLUSTERS", "1");
+  const std::vector<int> layouts = int_list("GEMM_STREAM_PACKED", "1,0");
+  const int planes_mode = std::getenv("GEMM_STREAM_PLANES") ? std::atoi(std::getenv("GEMM_STREAM_PLANES")) : 0;
+  for (int cl : clusters)
+    if (cl != 1 && cl != 2 && cl != 4) {
+      std::fprintf(stderr, "GEMM_STREAM_CLUSTERS: sizes 1, 2 or 4, got %d\n", cl);
+      return 1;
+    }
+  std::printf("shape,m,k,n,kernel,bn,stages,splits,packed,cluster,planes,grid,us,weight_GBps,max_abs_err_vs_cublas\n");
   for (const ShapeDef& sd : shapes) {
     if (only && std::string(only).find(sd.name) == std::string::npos) continue;
     const int m = sd.m, k = sd.k;
@@ -444,7 +586,7 @@ int main(int argc, char** argv) {
     CKB(cublasLtMatmul(lt, desc, &one, w, la, x, lb, &zero, y_ref, lc, y_ref, lc, &heur[best_i].algo, lt_ws,
                        lt_ws_bytes, st));
     CK(cudaStreamSynchronize(st));
-    std::printf("%s,%d,%d,%d,cublaslt(best of %d),,,,,%.2f,%.0f,0\n", sd.name, m, k, n, found, best_lt,
+    std::printf("%s,%d,%d,%d,cublaslt(best of %d),,,,,,,,%.2f,%.0f,0\n", sd.name, m, k, n, found, best_lt,
                 weight_bytes / (best_lt * 1e3));
 
     // The float64 host product of three tokens checks cuBLASLt's result (and so every variant's).
@@ -463,7 +605,6 @@ int main(int argc, char** argv) {
     std::printf("# %s: cuBLASLt against the float64 product of tokens 0, n/2, n-1: max rel err %.2e\n", sd.name, host_err);
     if (host_err > 1e-2) ++failures;
 
-    const CUtensorMap mx = make_map(x, k, n, size_t(k) * 2, 128);
     for (int bn : {64, 128, 256}) {
       if (m % bn) continue;
       const int num_nb = m / bn, kiters = k / 64;
@@ -481,19 +622,27 @@ int main(int argc, char** argv) {
           CK(cudaMalloc(&counters, sizeof(int) * num_nb));
           CK(cudaMemset(counters, 0, sizeof(int) * num_nb));
         }
-        for (int packed : {1, 0}) {
+        for (int packed : layouts)
+        for (int cl : clusters) {
+          if (num_nb % cl) continue;
           if (const char* o = std::getenv("GEMM_STREAM_ONLY")) {  // "bn:splits:packed", e.g. for ncu
             int ob = 0, os = 0, op = 0;
             if (std::sscanf(o, "%d:%d:%d", &ob, &os, &op) == 3 && (ob != bn || os != splits || op != packed)) continue;
           }
+          const CUtensorMap mx = make_map(x, k, n, size_t(k) * 2, 128 / cl);
           const CUtensorMap mw = packed ? make_map(wp, 64, size_t(m) * kiters, 128, bn) : make_map(w, k, m, size_t(k) * 2, bn);
           const int probe = std::getenv("GEMM_STREAM_PROBE") ? std::atoi(std::getenv("GEMM_STREAM_PROBE")) : 0;
-          Params p{y, m, ws, counters, n, m, k, num_nb, splits, kiters, packed, probe};
+          const int planes = splits > 1 ? planes_mode : 0;
+          Params p{y, m, ws, counters, n, m, k, num_nb, splits, kiters, packed, probe, planes, cl};
           const Variant v{bn, stages_of(bn), splits, packed};
-          const int grid = std::min(units, sms);
-          // Correctness: poisoned output, then the product against cuBLASLt's.
+          const int grid = launch(v, mx, mw, p, 0, st);
+          if (grid < cl) continue;  // no cluster of this size fits
+          // Correctness: poisoned output (and planes), then the product against cuBLASLt's.
           CK(cudaMemsetAsync(y, 0xFF, sizeof(bf16) * n * m, st));
+          if (ws) CK(cudaMemsetAsync(ws, 0xFF, sizeof(float) * size_t(splits) * n * m, st));
           launch(v, mx, mw, p, grid, st);
+          CK(cudaGetLastError());
+          if (planes) sum_planes_kernel<<<sms * 4, 256, 0, st>>>(ws, splits, size_t(n) * m, y);
           CK(cudaGetLastError());
           CK(cudaStreamSynchronize(st));
           std::vector<bf16> got(size_t(n) * m);
@@ -506,6 +655,8 @@ int main(int argc, char** argv) {
           }
           // Repeatability: a second run gives the same bits.
           launch(v, mx, mw, p, grid, st);
+          if (planes) sum_planes_kernel<<<sms * 4, 256, 0, st>>>(ws, splits, size_t(n) * m, y);
+          CK(cudaGetLastError());
           CK(cudaStreamSynchronize(st));
           std::vector<bf16> again(got.size());
           CK(cudaMemcpy(again.data(), y, again.size() * 2, cudaMemcpyDeviceToHost));
@@ -516,14 +667,15 @@ int main(int argc, char** argv) {
             CK(cudaEventRecord(tm.a, st));
             launch(v, mx, mw, p, grid, st);
             CK(cudaEventRecord(tm.b, st));
+            CK(cudaGetLastError());
             CK(cudaEventSynchronize(tm.b));
             float ms;
             CK(cudaEventElapsedTime(&ms, tm.a, tm.b));
             if (r >= 2) t.push_back(ms * 1e3f);
           }
           const float us = median(t);
-          std::printf("%s,%d,%d,%d,stream,%d,%d,%d,%d,%.2f,%.0f,%.2e%s%s\n", sd.name, m, k, n, bn, v.stages, splits,
-                      packed, us, weight_bytes / (us * 1e3), err, err > 1e-2 ? " WRONG" : "",
+          std::printf("%s,%d,%d,%d,stream,%d,%d,%d,%d,%d,%d,%d,%.2f,%.0f,%.2e%s%s\n", sd.name, m, k, n, bn, v.stages,
+                      splits, packed, cl, planes, grid, us, weight_bytes / (us * 1e3), err, err > 1e-2 ? " WRONG" : "",
                       same ? "" : " NOT-REPEATABLE");
           if (probe == 0 && (err > 1e-2 || !same)) ++failures;
         }

@@ -3,7 +3,8 @@
 #   run: bash wip/gemm_stream/gemm_stream.sh      (logs and CSVs under $OUT)
 # Builds with nvcc (sm_90a), times every variant at 128 tokens beside cuBLASLt (gemm_n128.csv),
 # checks every variant at 77 tokens (gemm_n77.csv), and runs compute-sanitizer memcheck on the o
-# shape at 77 tokens.
+# shape at 77 tokens. The program's GEMM_STREAM_* settings pass through (gemm_stream.cu: SHAPES,
+# CLUSTERS, PLANES, PACKED); item 247's run: scripts/device_plan.sh gmc.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gemm-stream-out}
@@ -18,9 +19,9 @@ timeout 240 "$BIN" 128 "${GEMM_STREAM_REPS:-15}" > "$OUT/gemm_n128.csv" 2> "$OUT
 cat "$OUT/gemm_n128.err"
 timeout 120 "$BIN" 77 1 > "$OUT/gemm_n77.csv" 2> "$OUT/gemm_n77.err" || rc=1
 grep -E "^#|WRONG|NOT-REP" "$OUT/gemm_n77.csv"; cat "$OUT/gemm_n77.err"
-GEMM_STREAM_SHAPES=o GEMM_STREAM_LT_ALGOS=1 timeout 150 compute-sanitizer --tool memcheck "$BIN" 77 1 > "$OUT/memcheck.log" 2>&1 || rc=1
+GEMM_STREAM_SHAPES=o GEMM_STREAM_LT_ALGOS=1 GEMM_STREAM_PACKED=0 timeout 150 compute-sanitizer --tool memcheck "$BIN" 77 1 > "$OUT/memcheck.log" 2>&1 || rc=1
 tail -3 "$OUT/memcheck.log"
-# Per shape: cuBLASLt, then the best packed and the best row-major variant.
+# Per shape: cuBLASLt, then the best variant of each layout (packed / row-major) and cluster size.
 python3 - "$OUT/gemm_n128.csv" <<'PY'
 import csv, sys
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if not l.startswith(('#', 'device', 'ceiling')))]
@@ -32,11 +33,13 @@ for r in rows:
 for s, ds in by.items():
     lt = [d for d in ds if d['kernel'].startswith('cublas')][0]
     out = [f"{s:9s} cuBLASLt {float(lt['us']):6.2f} us {lt['weight_GBps']:>5s} GB/s"]
-    for pk, name in (('1', 'packed'), ('0', 'row-major')):
-        c = [d for d in ds if d['kernel'] == 'stream' and d['packed'] == pk]
-        if c:
-            b = min(c, key=lambda d: float(d['us']))
-            out.append(f"{name} {float(b['us']):6.2f} us {b['weight_GBps']:>5s} GB/s (bn {b['bn']} x {b['splits']})")
+    keys = sorted({(d['packed'], d['cluster']) for d in ds if d['kernel'] == 'stream'}, reverse=True)
+    for pk, cl in keys:
+        c = [d for d in ds if d['kernel'] == 'stream' and d['packed'] == pk and d['cluster'] == cl]
+        b = min(c, key=lambda d: float(d['us']))
+        name = ('packed' if pk == '1' else 'row-major') + (f' cluster {cl}' if cl != '1' else '')
+        out.append(f"{name} {float(b['us']):6.2f} us {b['weight_GBps']:>5s} GB/s (bn {b['bn']} x {b['splits']}"
+                   f"{', planes' if b['planes'] == '1' else ''}, grid {b['grid']})")
     print(' | '.join(out))
 PY
 grep -E "^#" "$OUT/gemm_n128.csv"
