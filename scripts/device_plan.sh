@@ -31,6 +31,11 @@
 #         multicast, beside cuBLASLt (checked at 77 tokens, memcheck of o), then the W-only and
 #         X-only probes of o: is X's re-reading through the L2 what holds the split-K kernel at
 #         ~0.5 us a k block (item 246)? (~150 s; no library build)
+#   gck   wip/engine-split-gemm-cluster.patch (item 248: item 239's split-K planes of o and down, with
+#         clusters of 1 / 2 / 4 CTAs sharing x by multicast in the tuner's choices): the engine's GPU
+#         suite and memcheck of the split-K GEMM's tests, then the engine patched and main's (built
+#         apart first; MHA twice each, GQA-8 and MQA once), every tuned configuration's time
+#         printed. Run it after gmc, where C = 4 gains there (~420 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -44,7 +49,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gmc|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gmc|gck|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b applies on a (session 48's engine-split-* stack was one)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -140,7 +145,7 @@ engine_ab() {
   return $rc
 }
 
-# An engine patch's step (none is planned now; session 48's gsk, gqk and gsu were three): main's
+# An engine patch's step (gck; session 48's gsk, gqk and gsu were three more): main's
 # engine built in build-main (where an earlier call on this machine has not left it), PATCHES
 # applied in order and built, the engine's whole GPU suite and memcheck of FILTER, then engine_ab of
 # the arms, the first the patched engine (its tuner's "gemm planes" lines printed, where it has
@@ -220,6 +225,10 @@ case $step in
     done
     exit $rc
     ;;
+  gck)
+    patch_ab wip/engine-split-gemm-cluster.patch 'ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' \
+      "cluster:" "main:@build-main"
+    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -247,7 +256,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gmc, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gmc, gck, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
