@@ -27,7 +27,7 @@
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   gmc   wip/gemm_stream with clusters (perf-notes item 247): o, qkv (MQA, GQA-8), down and gate_up at
-#         128 tokens, split-K stored as planes, clusters of 1 / 2 / 4 CTAs sharing each X stage by
+#         128 tokens, split-K stored as planes, clusters of 1 / 2 / 4 / 8 CTAs sharing each X stage by
 #         multicast, beside cuBLASLt (checked at 77 tokens, memcheck of o), then the W-only and
 #         X-only probes of o: is X's re-reading through the L2 what holds the split-K kernel at
 #         ~0.5 us a k block (item 246)? (~150 s; no library build)
@@ -214,11 +214,11 @@ case $step in
     ;;
   gmc)
     rc=0
-    OUT=$L GEMM_STREAM_CLUSTERS=1,2,4 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 \
+    OUT=$L GEMM_STREAM_CLUSTERS=1,2,4,8 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 \
       GEMM_STREAM_SHAPES=o,qkv_mqa,qkv_gqa8,down,gate_up bash wip/gemm_stream/gemm_stream.sh || rc=1
     save
     for pr in 1 2; do  # 1: W loads alone, 2: X loads alone (wrong values by design)
-      GEMM_STREAM_PROBE=$pr GEMM_STREAM_CLUSTERS=1,2,4 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 GEMM_STREAM_SHAPES=o \
+      GEMM_STREAM_PROBE=$pr GEMM_STREAM_CLUSTERS=1,2,4,8 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 GEMM_STREAM_SHAPES=o \
         GEMM_STREAM_LT_ALGOS=1 timeout 60 /tmp/gemm_stream 128 9 > "$L/probe$pr.csv" 2>&1
       echo "== probe $pr, o: us by bn x splits and cluster"
       awk -F, '$5 == "stream" { print "bn " $6 " x " $8 " cluster " $10 ": " $13 " us" }' "$L/probe$pr.csv"

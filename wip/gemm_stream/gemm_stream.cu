@@ -17,8 +17,8 @@
 //
 // Session 48 (perf-notes item 247) adds two options. `planes`: a split's fp32 partial is stored
 // to its own plane of the workspace and nothing adds them (the engine's split-K form of item 239,
-// whose reader, add_rmsnorm, adds the planes); the check adds them afterwards. `cluster` C = 2 or
-// 4: the C CTAs of a thread-block cluster take C neighbouring n-blocks of one k split in step, and
+// whose reader, add_rmsnorm, adds the planes); the check adds them afterwards. `cluster` C = 2, 4
+// or 8: the C CTAs of a thread-block cluster take C neighbouring n-blocks of one k split in step, and
 // each loads a 128 / C-token slice of every X stage and multicasts it to all C, so the L2 serves
 // X once a cluster instead of once a CTA (at 128 tokens and bn 64 X is two thirds of what a CTA
 // reads a k block). A stage is released to the producers only when the consumers of all C CTAs
@@ -77,7 +77,7 @@ struct Params {
   int packed;
   int probe;    // 0: the product; 1: W loads only; 2: X loads only (timing probes, wrong values)
   int planes;   // splits > 1: each split's partial stored to plane s of ws, not reduced here
-  int cluster;  // CTAs a cluster sharing each X stage by multicast (1, 2 or 4)
+  int cluster;  // CTAs a cluster sharing each X stage by multicast (1, 2, 4 or 8)
 };
 
 template <int BN, int kStages>
@@ -506,7 +506,7 @@ int main(int argc, char** argv) {
                              {"qkv_mha", 12288, 4096},   {"gate_up", 22016, 4096}, {"down", 4096, 11008},
                              {"lm_head", 32000, 4096}};
   int failures = 0;
-  // GEMM_STREAM_CLUSTERS (default "1"): the cluster sizes to run, e.g. "1,2,4"; GEMM_STREAM_PLANES=1:
+  // GEMM_STREAM_CLUSTERS (default "1"): the cluster sizes to run, e.g. "1,2,4,8"; GEMM_STREAM_PLANES=1:
   // splits stored as planes (not reduced); GEMM_STREAM_PACKED (default "1,0"): which w layouts.
   const auto int_list = [](const char* env, const char* fallback) {
     std::vector<int> v;
@@ -522,8 +522,8 @@ int main(int argc, char** argv) {
   const std::vector<int> layouts = int_list("GEMM_STREAM_PACKED", "1,0");
   const int planes_mode = std::getenv("GEMM_STREAM_PLANES") ? std::atoi(std::getenv("GEMM_STREAM_PLANES")) : 0;
   for (int cl : clusters)
-    if (cl != 1 && cl != 2 && cl != 4) {
-      std::fprintf(stderr, "GEMM_STREAM_CLUSTERS: sizes 1, 2 or 4, got %d\n", cl);
+    if (cl != 1 && cl != 2 && cl != 4 && cl != 8) {  // 8: the portable limit (a 16-token, 2 KB slice)
+      std::fprintf(stderr, "GEMM_STREAM_CLUSTERS: sizes 1, 2, 4 or 8, got %d\n", cl);
       return 1;
     }
   std::printf("shape,m,k,n,kernel,bn,stages,splits,packed,cluster,planes,grid,us,weight_GBps,max_abs_err_vs_cublas\n");
