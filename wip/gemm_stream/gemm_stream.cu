@@ -677,6 +677,7 @@ int main(int argc, char** argv) {
           std::printf("%s,%d,%d,%d,stream,%d,%d,%d,%d,%d,%d,%d,%.2f,%.0f,%.2e%s%s\n", sd.name, m, k, n, bn, v.stages,
                       splits, packed, cl, planes, grid, us, weight_bytes / (us * 1e3), err, err > 1e-2 ? " WRONG" : "",
                       same ? "" : " NOT-REPEATABLE");
+          std::fflush(stdout);  // a variant that hangs (killed by the script's timeout) keeps the rows before it
           if (probe == 0 && (err > 1e-2 || !same)) ++failures;
         }
         if (ws) CK(cudaFree(ws));

@@ -15,6 +15,10 @@ nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -Xptxas -v -o "$
   -lcublasLt > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 grep -E "spill|Used" "$OUT/build.log" | sort | uniq -c
 rc=0
+# A smoke run first (o at 77 tokens, one timed run a variant): a variant that hangs stops the call
+# here, after 30 s, instead of at the long runs' limits.
+GEMM_STREAM_SHAPES=o GEMM_STREAM_LT_ALGOS=1 timeout 30 "$BIN" 77 1 > "$OUT/smoke.csv" 2>&1 ||
+  { echo "gemm_stream: the smoke run failed or hung (rc $?)"; grep -E "WRONG|NOT-REP|error" "$OUT/smoke.csv" | head; tail -3 "$OUT/smoke.csv"; exit 1; }
 timeout 240 "$BIN" 128 "${GEMM_STREAM_REPS:-15}" > "$OUT/gemm_n128.csv" 2> "$OUT/gemm_n128.err" || rc=1
 cat "$OUT/gemm_n128.err"
 timeout 120 "$BIN" 77 1 > "$OUT/gemm_n77.csv" 2> "$OUT/gemm_n77.err" || rc=1
