@@ -32,7 +32,7 @@
 #         X-only probes of o: is X's re-reading through the L2 what holds the split-K kernel at
 #         ~0.5 us a k block (item 246)? (~150 s; no library build)
 #   gck   wip/engine-split-gemm-cluster.patch (item 248: item 239's split-K planes of o and down, with
-#         clusters of 1 / 2 / 4 CTAs sharing x by multicast in the tuner's choices): the engine's GPU
+#         clusters of 1 / 2 / 4 / 8 CTAs sharing x by multicast in the tuner's choices): the engine's GPU
 #         suite and memcheck of the split-K GEMM's tests, then the engine patched and main's (built
 #         apart first; MHA twice each, GQA-8 and MQA once), every tuned configuration's time
 #         printed. Run it after gmc, where C = 4 gains there (~420 s)
