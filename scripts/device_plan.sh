@@ -29,8 +29,9 @@
 #   gmc   wip/gemm_stream with clusters (perf-notes item 247): o, qkv (MQA, GQA-8), down and gate_up at
 #         128 tokens, split-K stored as planes, clusters of 1 / 2 / 4 / 8 CTAs sharing each X stage by
 #         multicast, beside cuBLASLt (checked at 77 tokens, memcheck of o), then the W-only and
-#         X-only probes of o: is X's re-reading through the L2 what holds the split-K kernel at
-#         ~0.5 us a k block (item 246)? (~150 s; no library build)
+#         X-only probes of o, and ncu of o (bn 64 x 2) at clusters of 1 and 4: is X's re-reading
+#         through the L2 what holds the split-K kernel at ~0.5 us a k block (item 246)? (~180 s; no
+#         library build)
 #   gck   wip/engine-split-gemm-cluster.patch (item 248: item 239's split-K planes of o and down, with
 #         clusters of 1 / 2 / 4 / 8 CTAs sharing x by multicast in the tuner's choices): the engine's GPU
 #         suite and memcheck of the split-K GEMM's tests, then the engine patched and main's (built
@@ -222,6 +223,15 @@ case $step in
         GEMM_STREAM_LT_ALGOS=1 timeout 60 /tmp/gemm_stream 128 9 > "$L/probe$pr.csv" 2>&1
       echo "== probe $pr, o: us by bn x splits and cluster"
       awk -F, '$5 == "stream" { print "bn " $6 " x " $8 " cluster " $10 ": " $13 " us" }' "$L/probe$pr.csv"
+    done
+    save
+    # o at bn 64 x 2 planes under ncu, cluster 1 against 4: the L2's and DRAM's throughput.
+    for cl in 1 4; do
+      GEMM_STREAM_ONLY=64:2:0 GEMM_STREAM_CLUSTERS=$cl GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 GEMM_STREAM_SHAPES=o \
+        GEMM_STREAM_LT_ALGOS=1 timeout 60 ncu --kernel-name regex:gemm_stream_kernel --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis /tmp/gemm_stream 128 3 > "$L/ncu_o_c$cl.txt" 2>&1
+      echo "== ncu, o bn 64 x 2 planes, cluster $cl"
+      grep -E "Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Memory Throughput" "$L/ncu_o_c$cl.txt" | head -6
     done
     exit $rc
     ;;
