@@ -37,6 +37,10 @@
 #         suite and memcheck of the split-K GEMM's tests, then the engine patched and main's (built
 #         apart first; MHA twice each, GQA-8 and MQA once), every tuned configuration's time
 #         printed. Run it after gmc, where C = 4 gains there (~420 s)
+#   gqc   wip/engine-split-qkv-cluster.patch on the one above (item 249: the qkv projection's planes,
+#         read by the fused RoPE + K/V store, item 241, with the clusters): its GPU suite and memcheck
+#         of its tests, then the engine against main's and gck's (build-gck, where gck ran on this
+#         machine). After gck, where it gains (~350 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -50,9 +54,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gmc|gck|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gmc|gck|gqc|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=()  # e.g. ("wip/a.patch wip/b.patch"): b applies on a (session 48's engine-split-* stack was one)
+STACKS=("wip/engine-split-gemm-cluster.patch wip/engine-split-qkv-cluster.patch")  # each on the one before
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -239,6 +243,12 @@ case $step in
     patch_ab wip/engine-split-gemm-cluster.patch 'ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' \
       "cluster:" "main:@build-main"
     ;;
+  gqc)
+    arms=("qkv:" "main:@build-main")
+    [[ -x build-gck/gqattn-serve ]] && arms+=("cluster:@build-gck")
+    patch_ab "wip/engine-split-gemm-cluster.patch wip/engine-split-qkv-cluster.patch" \
+      'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:ComputeOps.GemmPlanesWritesTheUnsplit*' "${arms[@]}"
+    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -266,7 +276,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gmc, gck, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gmc, gck, gqc, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
