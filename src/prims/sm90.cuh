@@ -1,5 +1,6 @@
 // Thin typed wrappers over the sm_90a PTX of the Hopper attention path: mbarriers (with cp.async
-// arrival), the async-proxy fence, wgmma shared-memory descriptors and fences, setmaxnreg and
+// arrival), TMA loads, thread-block clusters (multicast, remote arrivals; wip/gemm_stream's), the
+// async-proxy fence, wgmma shared-memory descriptors and fences, setmaxnreg and
 // named barriers. The wgmma instructions themselves are in wgmma_ops.cuh (generated).
 // Layer: src/prims (device only; callers compile these only for sm_90a, see attention_sm90.cuh).
 #pragma once
@@ -47,6 +48,13 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 
 // TMA tile loads into shared memory (box and swizzle from the tensor map), completing as
 // transaction bytes on `bar`. `tmap` is the address of a __grid_constant__ CUtensorMap.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
 __device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
@@ -61,6 +69,48 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_
       "%5}], [%6];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
       : "memory");
+}
+
+// ---- thread-block clusters ---------------------------------------------------------------------
+// tma_load_2d's box written to `dst` of every CTA of the cluster in `mask` (cluster ranks), each
+// one's barrier at `bar`'s offset counting the bytes that land in it.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask)
+      : "memory");
+}
+// One arrival on the barrier at `bar`'s offset in the shared memory of cluster rank `rank`.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
+// mbar_wait acquiring at cluster scope: for arrivals from the cluster's other CTAs (e.g. their
+// consumers freeing a stage that this CTA's multicast refills in all of them).
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Every thread of every CTA of the cluster (divergent threads allowed) arrives and waits.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
 }
 
 // Makes this thread's view of shared memory (here: data that cp.async wrote, observed through an

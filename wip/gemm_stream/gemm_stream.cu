@@ -88,53 +88,6 @@ struct Shape {
   static constexpr int kSmem = kStages * kStageBytes + 1024 + 256;
 };
 
-__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          gqattn::prims::smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(gqattn::prims::smem_addr(bar))
-      : "memory");
-}
-// The same box written to `dst` of every CTA in `mask` (cluster ranks), each CTA's barrier at
-// `bar`'s offset counting the bytes that land in it.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
-                                                      uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%2, %3}], [%4], %5;\n" ::"r"(gqattn::prims::smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(gqattn::prims::smem_addr(bar)), "h"(mask)
-      : "memory");
-}
-// One arrival on the barrier at `bar`'s offset in the shared memory of cluster rank `rank`.
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(gqattn::prims::smem_addr(bar)),
-      "r"(rank)
-      : "memory");
-}
-// mbar_wait with acquire at cluster scope: the empty barriers' arrivals come from other CTAs
-// (release.cluster), whose wgmma reads must be ordered before this CTA's multicast overwrites them.
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(gqattn::prims::smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-
 template <int BN, int kStages>
 __global__ void __launch_bounds__(384, 1)
     gemm_stream_kernel(const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmw, const Params p) {
@@ -146,7 +99,7 @@ __global__ void __launch_bounds__(384, 1)
   int* s_last = reinterpret_cast<int*>(empty + kStages);
   const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
   const int C = p.cluster;
-  const uint32_t rank = C > 1 ? cluster_rank() : 0;
+  const uint32_t rank = C > 1 ? sm90::cluster_rank() : 0;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       sm90::mbar_init(&full[s], 1);
@@ -156,7 +109,7 @@ __global__ void __launch_bounds__(384, 1)
   }
   // A cluster's barriers are initialised before any CTA multicasts into another or arrives on it.
   if (C > 1)
-    cluster_sync();
+    sm90::cluster_sync();
   else
     __syncthreads();
   // Work: groups of C units (C neighbouring n-blocks, one k split), a cluster a group at a time;
@@ -188,21 +141,21 @@ __global__ void __launch_bounds__(384, 1)
           if (C == 1)
             sm90::mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
           else
-            mbar_wait_cluster(&empty[stage], ((it / kStages) & 1) ^ 1);
+            sm90::mbar_wait_cluster(&empty[stage], ((it / kStages) & 1) ^ 1);
           uint8_t* st = smem + stage * S::kStageBytes;
           sm90::mbar_arrive_expect_tx(&full[stage], p.probe == 1 ? S::kWBytes : p.probe == 2 ? S::kXBytes : S::kStageBytes);
           if (p.probe != 1) {
             if (C == 1)
-              tma_load_2d(st, &tmx, &full[stage], kb * 64, 0);
+              sm90::tma_load_2d(st, &tmx, &full[stage], kb * 64, 0);
             else  // tokens [rank * 128 / C, (rank + 1) * 128 / C): whole 8-row swizzle atoms
-              tma_load_2d_multicast(st + rank * (S::kXBytes / C), &tmx, &full[stage], kb * 64,
+              sm90::tma_load_2d_multicast(st + rank * (S::kXBytes / C), &tmx, &full[stage], kb * 64,
                                     static_cast<int>(rank) * (128 / C), static_cast<uint16_t>((1u << C) - 1));
           }
           if (p.probe == 2) continue;
           if (p.packed)
-            tma_load_2d(st + S::kXBytes, &tmw, &full[stage], 0, (nb * p.kiters + kb) * BN);
+            sm90::tma_load_2d(st + S::kXBytes, &tmw, &full[stage], 0, (nb * p.kiters + kb) * BN);
           else
-            tma_load_2d(st + S::kXBytes, &tmw, &full[stage], kb * 64, nb * BN);
+            sm90::tma_load_2d(st + S::kXBytes, &tmw, &full[stage], kb * 64, nb * BN);
         }
       }
     }
@@ -217,7 +170,7 @@ __global__ void __launch_bounds__(384, 1)
     if (C == 1) {
       if (lane == 0) sm90::mbar_arrive(&empty[stage]);
     } else if (lane < C) {
-      mbar_arrive_cluster(&empty[stage], static_cast<uint32_t>(lane));
+      sm90::mbar_arrive_cluster(&empty[stage], static_cast<uint32_t>(lane));
     }
     __syncwarp();
   };
@@ -326,7 +279,7 @@ __global__ void __launch_bounds__(384, 1)
   }
   }  // consumers
   // No CTA leaves while another of its cluster may still multicast into it or arrive on it.
-  if (C > 1) cluster_sync();
+  if (C > 1) sm90::cluster_sync();
 }
 
 // The planes' sum in plane order, rounded to bf16 (the check of the planes form only).
