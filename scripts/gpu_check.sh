@@ -128,8 +128,11 @@ if has bench; then
       clock_logs+=(--clock-log "peers=$LOG_DIR/clocks_peers_$fam.csv")
     fi
     peers_csv=$([ -z "${SKIP_PEERS:-}" ] && echo "$LOG_DIR/peers_$fam.csv")
+    gpu_name=$(head -2 "$LOG_DIR/gpu.txt" | tail -1 | cut -d, -f1)
+    # The card in the file name (h100, h200, ...), from nvidia-smi's name, not assumed.
+    gpu_tag=$(grep -oiE 'h[0-9]{3}|a100|l40s?|b[0-9]{3}' <<< "$gpu_name" | head -1 | tr 'A-Z' 'a-z')
     python3 bench/report.py --csv "$LOG_DIR/ours_$fam.csv" $peers_csv "${clock_logs[@]}" \
-      --out-prefix "$LOG_DIR/$(date +%Y-%m-%d)_h200_$fam" --gpu "$(head -2 "$LOG_DIR/gpu.txt" | tail -1 | cut -d, -f1)" \
+      --out-prefix "$LOG_DIR/$(date +%Y-%m-%d)_${gpu_tag:-gpu}_$fam" --gpu "$gpu_name" \
       --commit "${GQ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
       --command "scripts/gpu_check.sh bench (gqattn-bench and peers.py --settle-ms $settle)" \
       > "$LOG_DIR/report_$fam.log" 2>&1 || { status=1; tail -20 "$LOG_DIR/report_$fam.log"; }
