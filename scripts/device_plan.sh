@@ -23,24 +23,10 @@
 # (Steps w216, e188 and w192 ran in session 44: item 216 rejected, items 188 and 192 landed;
 # g221 ran in session 45: its patch rejected, perf-notes item 226.)
 # (Steps pe, p64, hnd and l2p ran in session 46: perf-notes items 234-237; l2p's patch rejected.
-# Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected.)
+# Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected;
+# gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
-#   gmc   wip/gemm_stream with clusters (perf-notes item 247): o, qkv (MQA, GQA-8), down and gate_up at
-#         128 tokens, split-K stored as planes, clusters of 1 / 2 / 4 / 8 CTAs sharing each X stage by
-#         multicast, beside cuBLASLt (checked at 77 tokens, memcheck of o), then the W-only and
-#         X-only probes of o, and ncu of o (bn 64 x 2) at clusters of 1 and 4: is X's re-reading
-#         through the L2 what holds the split-K kernel at ~0.5 us a k block (item 246)? (~180 s; no
-#         library build)
-#   gck   wip/engine-split-gemm-cluster.patch (item 248: item 239's split-K planes of o and down, with
-#         clusters of 1 / 2 / 4 / 8 CTAs sharing x by multicast in the tuner's choices): the engine's GPU
-#         suite and memcheck of the split-K GEMM's tests, then the engine patched and main's (built
-#         apart first; MHA twice each, GQA-8 and MQA once), every tuned configuration's time
-#         printed. Run it after gmc, where C = 4 gains there (~420 s)
-#   gqc   wip/engine-split-qkv-cluster.patch on the one above (item 249: the qkv projection's planes,
-#         read by the fused RoPE + K/V store, item 241, with the clusters): its GPU suite and memcheck
-#         of its tests, then the engine against main's and gck's (build-gck, where gck ran on this
-#         machine). After gck, where it gains (~350 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
@@ -54,9 +40,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|gmc|gck|gqc|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/engine-split-gemm-cluster.patch wip/engine-split-qkv-cluster.patch")  # each on the one before
+STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -150,7 +136,7 @@ engine_ab() {
   return $rc
 }
 
-# An engine patch's step (gck; session 48's gsk, gqk and gsu were three more): main's
+# An engine patch's step (session 48's gsk, gqk and gsu; no step calls it now): main's
 # engine built in build-main (where an earlier call on this machine has not left it), PATCHES
 # applied in order and built, the engine's whole GPU suite and memcheck of FILTER, then engine_ab of
 # the arms, the first the patched engine (its tuner's "gemm planes" lines printed, where it has
@@ -217,38 +203,6 @@ case $step in
     prof mqa_s150 1 150 400
     prof mha_s700 32 700 992
     ;;
-  gmc)
-    rc=0
-    OUT=$L GEMM_STREAM_CLUSTERS=1,2,4,8 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 \
-      GEMM_STREAM_SHAPES=o,qkv_mqa,qkv_gqa8,down,gate_up bash wip/gemm_stream/gemm_stream.sh || rc=1
-    save
-    for pr in 1 2; do  # 1: W loads alone, 2: X loads alone (wrong values by design)
-      GEMM_STREAM_PROBE=$pr GEMM_STREAM_CLUSTERS=1,2,4,8 GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 GEMM_STREAM_SHAPES=o \
-        GEMM_STREAM_LT_ALGOS=1 timeout 60 /tmp/gemm_stream 128 9 > "$L/probe$pr.csv" 2>&1
-      echo "== probe $pr, o: us by bn x splits and cluster"
-      awk -F, '$5 == "stream" { print "bn " $6 " x " $8 " cluster " $10 ": " $13 " us" }' "$L/probe$pr.csv"
-    done
-    save
-    # o at bn 64 x 2 planes under ncu, cluster 1 against 4: the L2's and DRAM's throughput.
-    for cl in 1 4; do
-      GEMM_STREAM_ONLY=64:2:0 GEMM_STREAM_CLUSTERS=$cl GEMM_STREAM_PLANES=1 GEMM_STREAM_PACKED=0 GEMM_STREAM_SHAPES=o \
-        GEMM_STREAM_LT_ALGOS=1 timeout 60 ncu --kernel-name regex:gemm_stream_kernel --launch-skip 3 --launch-count 1 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis /tmp/gemm_stream 128 3 > "$L/ncu_o_c$cl.txt" 2>&1
-      echo "== ncu, o bn 64 x 2 planes, cluster $cl"
-      grep -E "Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Memory Throughput" "$L/ncu_o_c$cl.txt" | head -6
-    done
-    exit $rc
-    ;;
-  gck)
-    patch_ab wip/engine-split-gemm-cluster.patch 'ComputeOps.GemmPlanes*:ComputeOps.AddRmsnorm*' \
-      "cluster:" "main:@build-main"
-    ;;
-  gqc)
-    arms=("qkv:" "main:@build-main")
-    [[ -x build-gck/gqattn-serve ]] && arms+=("cluster:@build-gck")
-    patch_ab "wip/engine-split-gemm-cluster.patch wip/engine-split-qkv-cluster.patch" \
-      'ComputeOps.RopeStoreKvPlanes*:ComputeOps.SumPlanes*:ComputeOps.GemmPlanesWritesTheUnsplit*' "${arms[@]}"
-    ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
     ;;
@@ -276,7 +230,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, gmc, gck, gqc, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
