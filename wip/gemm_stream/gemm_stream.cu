@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/launch.h"
 #include "prims/counter_random.h"
 #include "prims/sm90.cuh"
 #include "prims/tma_encoder.h"
@@ -313,19 +314,6 @@ __global__ void fill_kernel(bf16* p, size_t n, uint64_t seed, float scale) {
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16(scale * random_unit(seed, i));
 }
-// streaming: evict-first loads (__ldcs), right for the bandwidth ceiling; ordinary loads for the L2
-// flush, since evict-first lines displace one another first and may leave the last run's weights
-// in the L2 (perf-notes item 253; the engine's tuner flushes with ordinary loads).
-__global__ void read_kernel(const uint4* p, size_t n, unsigned* sink, bool streaming) {
-  unsigned x = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint4 v = streaming ? __ldcs(p + i) : p[i];
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x12345678u) *sink = x;
-}
-
 static CUtensorMap make_map(const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes, uint32_t box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {inner, outer};
@@ -427,28 +415,14 @@ int main(int argc, char** argv) {
   uint4* flush;
   CK(cudaMalloc(&flush, flush_bytes));
   CK(cudaMemset(flush, 1, flush_bytes));
-  // GEMM_STREAM_FLUSH=streaming: the flush of items 238-251 (evict-first loads, perf-notes item 253).
+  // The engine tuner's flush (src/kernels/read_bandwidth.cu): ordinary loads. GEMM_STREAM_FLUSH=streaming:
+  // evict-first loads, the flush of items 238-251, which may leave the last run's weights in the L2
+  // (perf-notes item 253).
   const bool flush_streaming = std::getenv("GEMM_STREAM_FLUSH") && std::string(std::getenv("GEMM_STREAM_FLUSH")) == "streaming";
-  auto do_flush = [&]() { read_kernel<<<sms * 4, 512, 0, st>>>(flush, flush_bytes / 16, sink, flush_streaming); };
-  // The streaming-read ceiling of this run: 2 GB read once, best of 5.
-  {
-    const size_t bytes = size_t(2) << 30;
-    uint4* big;
-    CK(cudaMalloc(&big, bytes));
-    CK(cudaMemset(big, 1, bytes));
-    std::vector<float> t;
-    for (int r = 0; r < 5; ++r) {
-      CK(cudaEventRecord(tm.a, st));
-      read_kernel<<<sms * 4, 512, 0, st>>>(big, bytes / 16, sink, true);
-      CK(cudaEventRecord(tm.b, st));
-      CK(cudaEventSynchronize(tm.b));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, tm.a, tm.b));
-      t.push_back(ms);
-    }
-    std::printf("ceiling: streaming read %.0f GB/s (2 GB, best of 5)\n", bytes / (*std::min_element(t.begin(), t.end()) * 1e6));
-    CK(cudaFree(big));
-  }
+  auto do_flush = [&]() { gqattn::kernels::launch_read(flush, flush_bytes, sink, flush_streaming, st); };
+  // The streaming-read ceiling of this run (the benchmarks' own: 2 GB, median of 5 after a warm-up).
+  std::printf("ceiling: streaming read %.0f GB/s (2 GB, median of 5)\n",
+              gqattn::kernels::measure_read_bandwidth_gbps(size_t(2) << 30, 5, st));
 
   cublasLtHandle_t lt;
   CKB(cublasLtCreate(&lt));
