@@ -71,6 +71,16 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_
       : "memory");
 }
 
+// A contiguous copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to
+// shared memory, completing as transaction bytes on `bar` (no tensor map: one page of a paged
+// cache, say).
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
 // ---- thread-block clusters ---------------------------------------------------------------------
 // tma_load_2d's box written to `dst` of every CTA of the cluster in `mask` (cluster ranks), each
 // one's barrier at `bar`'s offset counting the bytes that land in it.

@@ -1,0 +1,237 @@
+// How fast can a paged cache be read? (perf-notes item 254.) A standalone probe: a pool of pages
+// read in a random page order (a paged K/V cache) or in order, by three loaders, beside the
+// benchmarks' streaming-read ceiling (src/kernels/read_bandwidth.cu):
+//   ld      each warp loads 4 KB spans (8 x 16 B a lane in flight) straight into registers;
+//   cpasync CTAs of 128 threads copy spans of 8 KB into a ring of shared-memory stages with
+//           16-byte cp.async (the portable decode kernels' loader), CTA barrier a stage;
+//   bulk    persistent CTAs: one producer warp copies each span with cp.async.bulk (one
+//           instruction a page, or a lane a page where pages are smaller than the span) into a
+//           ring of mbarrier stages; four consumer warps read each stage and release it.
+// Every loader XORs what it reads (kept alive by a sink). Pages: 256 B (hd128 page 1, or an NHD
+// row), 4 KB (HND page 16) and 16 KB (page 64); the span's bytes map through the page list.
+//   build: bash wip/read_probe/run.sh (nvcc, sm_90a); run: read_probe [POOL_GB=4] [REPS=9]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/launch.h"
+#include "prims/mma.cuh"
+#include "prims/sm90.cuh"
+
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+namespace {
+using namespace gqattn::prims;
+
+struct Pool {
+  const char* base;
+  const int* pages;  // page list: logical page i lives at base + pages[i] * page_bytes
+  int64_t page_bytes;  // a power of two
+  int page_shift;      // log2(page_bytes)
+  int64_t total;       // logical bytes
+};
+
+__device__ __forceinline__ const char* at(const Pool& p, int64_t g) {
+  return p.base + (int64_t(p.pages[g >> p.page_shift]) << p.page_shift) + (g & (p.page_bytes - 1));
+}
+
+__device__ __forceinline__ uint32_t x4(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+// ld: a warp a 4 KB span at a time, 8 loads a lane in flight.
+__global__ void ld_kernel(Pool p, unsigned* sink) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  uint32_t acc = 0;
+  for (int64_t s = warp; s * 4096 < p.total; s += warps) {
+    uint4 v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __ldcs(reinterpret_cast<const uint4*>(at(p, s * 4096 + 16 * (lane + 32 * j))));
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc ^= x4(v[j]);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+constexpr int kSpan = 8192;  // bytes a stage (K and V of 16 keys at hd128)
+
+// cpasync: 128 threads, kStages stages of one span each, a CTA barrier a stage.
+template <int kStages>
+__global__ void __launch_bounds__(128) cpasync_kernel(Pool p, unsigned* sink) {
+  extern __shared__ __align__(128) char smem[];
+  const int t = threadIdx.x;
+  const int64_t spans = p.total / kSpan;
+  uint32_t acc = 0;
+  auto issue = [&](int64_t s, int slot) {
+    if (s < spans) {
+#pragma unroll
+      for (int j = 0; j < kSpan / 16 / 128; ++j) {
+        const int c = t + 128 * j;
+        cp_async_16(smem + slot * kSpan + 16 * c, at(p, s * kSpan + 16 * c), true);
+      }
+    }
+    cp_async_commit();
+  };
+  int64_t s = blockIdx.x;
+  for (int i = 0; i < kStages - 1; ++i) issue(s + int64_t(i) * gridDim.x, i);
+  for (int i = 0; s < spans; ++i, s += gridDim.x) {
+    issue(s + int64_t(kStages - 1) * gridDim.x, (i + kStages - 1) % kStages);
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int slot = i % kStages;
+#pragma unroll
+    for (int j = 0; j < kSpan / 16 / 128; ++j)
+      acc ^= x4(*reinterpret_cast<const uint4*>(smem + slot * kSpan + 16 * (t + 128 * j)));
+    __syncthreads();
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// bulk: warp 0 produces, warps 1..4 consume; kStages stages of one span, full / empty mbarriers.
+template <int kStages>
+__global__ void __launch_bounds__(160) bulk_kernel(Pool p, unsigned* sink) {
+  extern __shared__ __align__(128) char smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kSpan);
+  uint64_t* empty = full + kStages;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      sm90::mbar_init(&full[i], 1);
+      sm90::mbar_init(&empty[i], 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int64_t spans = p.total / kSpan;
+  const int64_t piece = p.page_bytes < kSpan ? p.page_bytes : kSpan;  // bytes a copy
+  const int pieces = int(kSpan / piece);                              // copies a span (<= 32)
+  if (warp == 0) {
+    int i = 0;
+    for (int64_t s = blockIdx.x; s < spans; s += gridDim.x, ++i) {
+      const int slot = i % kStages;
+      sm90::mbar_wait(&empty[slot], ((i / kStages) & 1) ^ 1);
+      if (lane == 0) sm90::mbar_arrive_expect_tx(&full[slot], kSpan);
+      __syncwarp();
+      if (lane < pieces)
+        sm90::bulk_load_1d(smem + slot * kSpan + lane * piece, at(p, s * kSpan + lane * piece), uint32_t(piece),
+                           &full[slot]);
+    }
+  } else {
+    const int t = threadIdx.x - 32;
+    uint32_t acc = 0;
+    int i = 0;
+    for (int64_t s = blockIdx.x; s < spans; s += gridDim.x, ++i) {
+      const int slot = i % kStages;
+      sm90::mbar_wait(&full[slot], (i / kStages) & 1);
+#pragma unroll
+      for (int j = 0; j < kSpan / 16 / 128; ++j)
+        acc ^= x4(*reinterpret_cast<const uint4*>(smem + slot * kSpan + 16 * (t + 128 * j)));
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[slot]);
+    }
+    if (acc == 0x12345678u) *sink = acc;
+  }
+}
+
+template <typename F>
+double time_gbps(F launch, int64_t bytes, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  // Warm-up of >= 100 ms, as the ceiling's.
+  CK(cudaEventRecord(a));
+  for (float warm = 0; warm < 100.f;) {
+    launch();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&warm, a, b));
+  }
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a));
+    launch();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CK(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  return double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t pool_bytes = int64_t(argc > 1 ? std::atof(argv[1]) : 4.0) * (int64_t(1) << 30);
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 9;
+  int sms = 0;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  sms = prop.multiProcessorCount;
+  char* base = nullptr;
+  unsigned* sink = nullptr;
+  CK(cudaMalloc(&base, pool_bytes));
+  CK(cudaMalloc(&sink, 16));
+  CK(cudaMemset(base, 0x5A, pool_bytes));
+  std::printf("# device %s, %d SMs; pool %.1f GB; median of %d runs after a 100 ms warm-up\n", prop.name, sms,
+              pool_bytes / 1e9, reps);
+  std::printf("loader,page_bytes,order,stages,ctas_per_sm,GBps\n");
+  std::printf("ceiling,,,,,%.0f\n", gqattn::kernels::measure_read_bandwidth_gbps(size_t(pool_bytes), reps, nullptr));
+  std::mt19937_64 rng(1234);
+  for (int64_t page : {int64_t(256), int64_t(4096), int64_t(16384)}) {
+    const int64_t n = pool_bytes / page;
+    std::vector<int> ids(n);
+    for (const bool random : {true, false}) {
+      std::iota(ids.begin(), ids.end(), 0);
+      if (random) std::shuffle(ids.begin(), ids.end(), rng);
+      int* d_ids = nullptr;
+      CK(cudaMalloc(&d_ids, n * sizeof(int)));
+      CK(cudaMemcpy(d_ids, ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+      const Pool p{base, d_ids, page, __builtin_ctzll(uint64_t(page)), n * page};
+      const char* order = random ? "random" : "in_order";
+      for (int cps : {4, 8}) {
+        const double g = time_gbps([&] { ld_kernel<<<sms * cps, 256>>>(p, sink); }, p.total, reps);
+        std::printf("ld,%lld,%s,,%d,%.0f\n", (long long)page, order, cps, g);
+      }
+      auto cpasync = [&](auto kernel, int stages, int cps) {
+        const int smem = stages * kSpan;
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const double g = time_gbps([&] { kernel<<<sms * cps, 128, smem>>>(p, sink); }, p.total, reps);
+        std::printf("cpasync,%lld,%s,%d,%d,%.0f\n", (long long)page, order, stages, cps, g);
+      };
+      cpasync(cpasync_kernel<4>, 4, 4);
+      cpasync(cpasync_kernel<4>, 4, 6);
+      cpasync(cpasync_kernel<8>, 8, 2);
+      cpasync(cpasync_kernel<8>, 8, 3);
+      auto bulk = [&](auto kernel, int stages, int cps) {
+        const int smem = stages * kSpan + 2 * stages * 8;
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const double g = time_gbps([&] { kernel<<<sms * cps, 160, smem>>>(p, sink); }, p.total, reps);
+        std::printf("bulk,%lld,%s,%d,%d,%.0f\n", (long long)page, order, stages, cps, g);
+      };
+      bulk(bulk_kernel<4>, 4, 4);
+      bulk(bulk_kernel<8>, 8, 2);
+      bulk(bulk_kernel<8>, 8, 3);
+      bulk(bulk_kernel<16>, 16, 1);
+      bulk(bulk_kernel<12>, 12, 2);
+      CK(cudaFree(d_ids));
+    }
+  }
+  CK(cudaFree(base));
+  return 0;
+}
