@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/launch.h"
@@ -192,25 +193,51 @@ int main(int argc, char** argv) {
               pool_bytes / 1e9, reps);
   std::printf("loader,page_bytes,order,stages,ctas_per_sm,GBps\n");
   std::printf("ceiling,,,,,%.0f\n", gqattn::kernels::measure_read_bandwidth_gbps(size_t(pool_bytes), reps, nullptr));
+  // Orders of the page list: random (a paged cache), in_order (the grid's spans side by side, one
+  // global stream) and items (each CTA reads whole 128 KB items, contiguous, one after another: K
+  // of an MHA request x head of 512 keys, as the peers read contiguous K/V).
   std::mt19937_64 rng(1234);
+  int* d_ids = nullptr;
+  CK(cudaMalloc(&d_ids, (pool_bytes / 256) * sizeof(int)));
   for (int64_t page : {int64_t(256), int64_t(4096), int64_t(16384)}) {
     const int64_t n = pool_bytes / page;
-    std::vector<int> ids(n);
-    for (const bool random : {true, false}) {
-      std::iota(ids.begin(), ids.end(), 0);
-      if (random) std::shuffle(ids.begin(), ids.end(), rng);
-      int* d_ids = nullptr;
-      CK(cudaMalloc(&d_ids, n * sizeof(int)));
-      CK(cudaMemcpy(d_ids, ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
-      const Pool p{base, d_ids, page, __builtin_ctzll(uint64_t(page)), n * page};
-      const char* order = random ? "random" : "in_order";
+    std::vector<int> random_ids(n), ids(n);
+    std::iota(random_ids.begin(), random_ids.end(), 0);
+    std::shuffle(random_ids.begin(), random_ids.end(), rng);
+    const Pool p{base, d_ids, page, __builtin_ctzll(uint64_t(page)), n * page};
+    for (const char* order : {"random", "in_order", "items"}) {
+      const std::string o = order;
+      // The page list for a grid of `grid` CTAs whose spans (of `span` bytes) go round robin.
+      auto upload = [&](int64_t grid, int64_t span) {
+        if (o == "random") {
+          ids = random_ids;
+        } else if (o == "in_order") {
+          std::iota(ids.begin(), ids.end(), 0);
+        } else {  // logical span s is CTA s % grid's (s / grid)-th: item (j / per_item) * grid + c
+          const int64_t spans = p.total / span, per_item = (int64_t(128) << 10) / span;
+          const int64_t items = spans / per_item;
+          for (int64_t s = 0; s < spans; ++s) {
+            const int64_t c = s % grid, j = s / grid;
+            int64_t item = (j / per_item) * grid + c;
+            if (item >= items) item = s / per_item;  // the last partial round: in order
+            const int64_t phys = item * per_item + j % per_item;
+            for (int64_t b = 0; b < span; b += page)
+              if (span >= page) ids[(s * span + b) / page] = int((phys * span + b) / page);
+            if (span < page) ids[s * span / page] = int(phys * span / page);  // (pages > span: unused)
+          }
+        }
+        CK(cudaMemcpy(d_ids, ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+      };
+      if (o == "items" && page > kSpan) continue;  // an item's spans are whole pages
       for (int cps : {4, 8}) {
+        upload(int64_t(sms) * cps * 256 / 32, 4096);
         const double g = time_gbps([&] { ld_kernel<<<sms * cps, 256>>>(p, sink); }, p.total, reps);
         std::printf("ld,%lld,%s,,%d,%.0f\n", (long long)page, order, cps, g);
       }
       auto cpasync = [&](auto kernel, int stages, int cps) {
         const int smem = stages * kSpan;
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        upload(int64_t(sms) * cps, kSpan);
         const double g = time_gbps([&] { kernel<<<sms * cps, 128, smem>>>(p, sink); }, p.total, reps);
         std::printf("cpasync,%lld,%s,%d,%d,%.0f\n", (long long)page, order, stages, cps, g);
       };
@@ -221,6 +248,7 @@ int main(int argc, char** argv) {
       auto bulk = [&](auto kernel, int stages, int cps) {
         const int smem = stages * kSpan + 2 * stages * 8;
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        upload(int64_t(sms) * cps, kSpan);
         const double g = time_gbps([&] { kernel<<<sms * cps, 160, smem>>>(p, sink); }, p.total, reps);
         std::printf("bulk,%lld,%s,%d,%d,%.0f\n", (long long)page, order, stages, cps, g);
       };
@@ -229,9 +257,9 @@ int main(int argc, char** argv) {
       bulk(bulk_kernel<8>, 8, 3);
       bulk(bulk_kernel<16>, 16, 1);
       bulk(bulk_kernel<12>, 12, 2);
-      CK(cudaFree(d_ids));
     }
   }
+  CK(cudaFree(d_ids));
   CK(cudaFree(base));
   return 0;
 }
