@@ -3,7 +3,8 @@
 // benchmarks' streaming-read ceiling (src/kernels/read_bandwidth.cu):
 //   ld      each warp loads 4 KB spans (8 x 16 B a lane in flight) straight into registers;
 //   cpasync CTAs of 128 threads copy spans of 8 KB into a ring of shared-memory stages with
-//           16-byte cp.async (the portable decode kernels' loader), CTA barrier a stage;
+//           16-byte cp.async (the portable decode kernels' loader), CTA barrier a stage (8 KB
+//           spans, or 32 KB as cuDNN's 128-key tiles);
 //   bulk    persistent CTAs: one producer warp copies each span with cp.async.bulk (one
 //           instruction a page, or a lane a page where pages are smaller than the span) into a
 //           ring of mbarrier stages; four consumer warps read each stage and release it.
@@ -67,10 +68,9 @@ __global__ void ld_kernel(Pool p, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;
 }
 
-constexpr int kSpan = 8192;  // bytes a stage (K and V of 16 keys at hd128)
-
-// cpasync: 128 threads, kStages stages of one span each, a CTA barrier a stage.
-template <int kStages>
+// cpasync: 128 threads, kStages stages of one span each (kSpan bytes: 8 KB, K and V of 16 keys at
+// hd128, or 32 KB), a CTA barrier a stage.
+template <int kStages, int kSpan>
 __global__ void __launch_bounds__(128) cpasync_kernel(Pool p, unsigned* sink) {
   extern __shared__ __align__(128) char smem[];
   const int t = threadIdx.x;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Pool p, unsigned* sink) {
 }
 
 // bulk: warp 0 produces, warps 1..4 consume; kStages stages of one span, full / empty mbarriers.
-template <int kStages>
+template <int kStages, int kSpan>
 __global__ void __launch_bounds__(160) bulk_kernel(Pool p, unsigned* sink) {
   extern __shared__ __align__(128) char smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kSpan);
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(160) bulk_kernel(Pool p, unsigned* sink) {
   __syncthreads();
   const int64_t spans = p.total / kSpan;
   const int64_t piece = p.page_bytes < kSpan ? p.page_bytes : kSpan;  // bytes a copy
-  const int pieces = int(kSpan / piece);                              // copies a span (<= 32)
+  const int pieces = int(kSpan / piece);                              // copies a span
   if (warp == 0) {
     int i = 0;
     for (int64_t s = blockIdx.x; s < spans; s += gridDim.x, ++i) {
@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(160) bulk_kernel(Pool p, unsigned* sink) {
       sm90::mbar_wait(&empty[slot], ((i / kStages) & 1) ^ 1);
       if (lane == 0) sm90::mbar_arrive_expect_tx(&full[slot], kSpan);
       __syncwarp();
-      if (lane < pieces)
-        sm90::bulk_load_1d(smem + slot * kSpan + lane * piece, at(p, s * kSpan + lane * piece), uint32_t(piece),
+      for (int q = lane; q < pieces; q += 32)
+        sm90::bulk_load_1d(smem + slot * kSpan + q * piece, at(p, s * kSpan + q * piece), uint32_t(piece),
                            &full[slot]);
     }
   } else {
@@ -191,8 +191,8 @@ int main(int argc, char** argv) {
   CK(cudaMemset(base, 0x5A, pool_bytes));
   std::printf("# device %s, %d SMs; pool %.1f GB; median of %d runs after a 100 ms warm-up\n", prop.name, sms,
               pool_bytes / 1e9, reps);
-  std::printf("loader,page_bytes,order,stages,ctas_per_sm,GBps\n");
-  std::printf("ceiling,,,,,%.0f\n", gqattn::kernels::measure_read_bandwidth_gbps(size_t(pool_bytes), reps, nullptr));
+  std::printf("loader,page_bytes,order,stages,ctas_per_sm,span,GBps\n");
+  std::printf("ceiling,,,,,,%.0f\n", gqattn::kernels::measure_read_bandwidth_gbps(size_t(pool_bytes), reps, nullptr));
   // Orders of the page list: random (a paged cache), in_order (the grid's spans side by side, one
   // global stream) and items (each CTA reads whole 128 KB items, contiguous, one after another: K
   // of an MHA request x head of 512 keys, as the peers read contiguous K/V).
@@ -221,42 +221,47 @@ int main(int argc, char** argv) {
             int64_t item = (j / per_item) * grid + c;
             if (item >= items) item = s / per_item;  // the last partial round: in order
             const int64_t phys = item * per_item + j % per_item;
-            for (int64_t b = 0; b < span; b += page)
-              if (span >= page) ids[(s * span + b) / page] = int((phys * span + b) / page);
-            if (span < page) ids[s * span / page] = int(phys * span / page);  // (pages > span: unused)
+            for (int64_t b = 0; b < span; b += page) ids[(s * span + b) / page] = int((phys * span + b) / page);
           }
         }
         CK(cudaMemcpy(d_ids, ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
       };
-      if (o == "items" && page > kSpan) continue;  // an item's spans are whole pages
+      const bool items = o == "items";
       for (int cps : {4, 8}) {
+        if (items && page > 4096) break;  // an item's spans are whole pages
         upload(int64_t(sms) * cps * 256 / 32, 4096);
         const double g = time_gbps([&] { ld_kernel<<<sms * cps, 256>>>(p, sink); }, p.total, reps);
-        std::printf("ld,%lld,%s,,%d,%.0f\n", (long long)page, order, cps, g);
+        std::printf("ld,%lld,%s,,%d,4096,%.0f\n", (long long)page, order, cps, g);
       }
-      auto cpasync = [&](auto kernel, int stages, int cps) {
-        const int smem = stages * kSpan;
+      auto cpasync = [&](auto kernel, int stages, int span, int cps) {
+        if (items && page > span) return;
+        const int smem = stages * span;
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        upload(int64_t(sms) * cps, kSpan);
+        upload(int64_t(sms) * cps, span);
         const double g = time_gbps([&] { kernel<<<sms * cps, 128, smem>>>(p, sink); }, p.total, reps);
-        std::printf("cpasync,%lld,%s,%d,%d,%.0f\n", (long long)page, order, stages, cps, g);
+        std::printf("cpasync,%lld,%s,%d,%d,%d,%.0f\n", (long long)page, order, stages, cps, span, g);
       };
-      cpasync(cpasync_kernel<4>, 4, 4);
-      cpasync(cpasync_kernel<4>, 4, 6);
-      cpasync(cpasync_kernel<8>, 8, 2);
-      cpasync(cpasync_kernel<8>, 8, 3);
-      auto bulk = [&](auto kernel, int stages, int cps) {
-        const int smem = stages * kSpan + 2 * stages * 8;
+      cpasync(cpasync_kernel<4, 8192>, 4, 8192, 4);
+      cpasync(cpasync_kernel<4, 8192>, 4, 8192, 6);
+      cpasync(cpasync_kernel<8, 8192>, 8, 8192, 2);
+      cpasync(cpasync_kernel<8, 8192>, 8, 8192, 3);
+      cpasync(cpasync_kernel<2, 32768>, 2, 32768, 3);
+      cpasync(cpasync_kernel<3, 32768>, 3, 32768, 2);
+      auto bulk = [&](auto kernel, int stages, int span, int cps) {
+        if (items && page > span) return;
+        const int smem = stages * span + 2 * stages * 8;
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        upload(int64_t(sms) * cps, kSpan);
+        upload(int64_t(sms) * cps, span);
         const double g = time_gbps([&] { kernel<<<sms * cps, 160, smem>>>(p, sink); }, p.total, reps);
-        std::printf("bulk,%lld,%s,%d,%d,%.0f\n", (long long)page, order, stages, cps, g);
+        std::printf("bulk,%lld,%s,%d,%d,%d,%.0f\n", (long long)page, order, stages, cps, span, g);
       };
-      bulk(bulk_kernel<4>, 4, 4);
-      bulk(bulk_kernel<8>, 8, 2);
-      bulk(bulk_kernel<8>, 8, 3);
-      bulk(bulk_kernel<16>, 16, 1);
-      bulk(bulk_kernel<12>, 12, 2);
+      bulk(bulk_kernel<4, 8192>, 4, 8192, 4);
+      bulk(bulk_kernel<8, 8192>, 8, 8192, 2);
+      bulk(bulk_kernel<8, 8192>, 8, 8192, 3);
+      bulk(bulk_kernel<16, 8192>, 16, 8192, 1);
+      bulk(bulk_kernel<12, 8192>, 12, 8192, 2);
+      bulk(bulk_kernel<3, 32768>, 3, 32768, 2);
+      bulk(bulk_kernel<6, 32768>, 6, 32768, 1);
     }
   }
   CK(cudaFree(d_ids));
