@@ -23,17 +23,9 @@
 #include <vector>
 
 #include "kernels/launch.h"
+#include "prims/cuda_check.h"
 #include "prims/mma.cuh"
 #include "prims/sm90.cuh"
-
-#define CK(x)                                                                                     \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 namespace {
 using namespace gqattn::prims;
@@ -147,30 +139,35 @@ __global__ void __launch_bounds__(160) bulk_kernel(Pool p, unsigned* sink) {
   }
 }
 
+template <int S, int B>
+struct Stages {  // a staged loader's configuration: S stages of B bytes
+  static constexpr int kStages = S, kSpan = B;
+};
+
 template <typename F>
 double time_gbps(F launch, int64_t bytes, int reps) {
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  GQ_CUDA_CHECK(cudaEventCreate(&a));
+  GQ_CUDA_CHECK(cudaEventCreate(&b));
   // Warm-up of >= 100 ms, as the ceiling's.
-  CK(cudaEventRecord(a));
+  GQ_CUDA_CHECK(cudaEventRecord(a));
   for (float warm = 0; warm < 100.f;) {
     launch();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&warm, a, b));
+    GQ_CUDA_CHECK(cudaEventRecord(b));
+    GQ_CUDA_CHECK(cudaEventSynchronize(b));
+    GQ_CUDA_CHECK(cudaEventElapsedTime(&warm, a, b));
   }
   std::vector<float> ms;
   for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a));
+    GQ_CUDA_CHECK(cudaEventRecord(a));
     launch();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
+    GQ_CUDA_CHECK(cudaEventRecord(b));
+    GQ_CUDA_CHECK(cudaEventSynchronize(b));
     float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
+    GQ_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
-  CK(cudaGetLastError());
+  GQ_CUDA_CHECK(cudaGetLastError());
   std::sort(ms.begin(), ms.end());
   return double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
@@ -182,13 +179,13 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? std::atoi(argv[2]) : 9;
   int sms = 0;
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
+  GQ_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   sms = prop.multiProcessorCount;
   char* base = nullptr;
   unsigned* sink = nullptr;
-  CK(cudaMalloc(&base, pool_bytes));
-  CK(cudaMalloc(&sink, 16));
-  CK(cudaMemset(base, 0x5A, pool_bytes));
+  GQ_CUDA_CHECK(cudaMalloc(&base, pool_bytes));
+  GQ_CUDA_CHECK(cudaMalloc(&sink, 16));
+  GQ_CUDA_CHECK(cudaMemset(base, 0x5A, pool_bytes));
   std::printf("# device %s, %d SMs; pool %.1f GB; median of %d runs after a 100 ms warm-up\n", prop.name, sms,
               pool_bytes / 1e9, reps);
   std::printf("loader,page_bytes,order,stages,ctas_per_sm,span,GBps\n");
@@ -198,7 +195,7 @@ int main(int argc, char** argv) {
   // of an MHA request x head of 512 keys, as the peers read contiguous K/V).
   std::mt19937_64 rng(1234);
   int* d_ids = nullptr;
-  CK(cudaMalloc(&d_ids, (pool_bytes / 256) * sizeof(int)));
+  GQ_CUDA_CHECK(cudaMalloc(&d_ids, (pool_bytes / 256) * sizeof(int)));
   for (int64_t page : {int64_t(256), int64_t(4096), int64_t(16384)}) {
     const int64_t n = pool_bytes / page;
     std::vector<int> random_ids(n), ids(n);
@@ -224,7 +221,7 @@ int main(int argc, char** argv) {
             for (int64_t b = 0; b < span; b += page) ids[(s * span + b) / page] = int((phys * span + b) / page);
           }
         }
-        CK(cudaMemcpy(d_ids, ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+        GQ_CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), n * sizeof(int), cudaMemcpyHostToDevice));
       };
       const bool items = o == "items";
       for (int cps : {4, 8}) {
@@ -233,38 +230,31 @@ int main(int argc, char** argv) {
         const double g = time_gbps([&] { ld_kernel<<<sms * cps, 256>>>(p, sink); }, p.total, reps);
         std::printf("ld,%lld,%s,,%d,4096,%.0f\n", (long long)page, order, cps, g);
       }
-      auto cpasync = [&](auto kernel, int stages, int span, int cps) {
+      // One staged loader's run: `threads` a CTA, `stages` x `span` bytes of shared memory (+ `extra`).
+      auto staged = [&](const char* name, auto kernel, int threads, int extra, int stages, int span, int cps) {
         if (items && page > span) return;
-        const int smem = stages * span;
-        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const int smem = stages * span + extra;
+        GQ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         upload(int64_t(sms) * cps, span);
-        const double g = time_gbps([&] { kernel<<<sms * cps, 128, smem>>>(p, sink); }, p.total, reps);
-        std::printf("cpasync,%lld,%s,%d,%d,%d,%.0f\n", (long long)page, order, stages, cps, span, g);
+        const double g = time_gbps([&] { kernel<<<sms * cps, threads, smem>>>(p, sink); }, p.total, reps);
+        std::printf("%s,%lld,%s,%d,%d,%d,%.0f\n", name, (long long)page, order, stages, cps, span, g);
       };
-      cpasync(cpasync_kernel<4, 8192>, 4, 8192, 4);
-      cpasync(cpasync_kernel<4, 8192>, 4, 8192, 6);
-      cpasync(cpasync_kernel<8, 8192>, 8, 8192, 2);
-      cpasync(cpasync_kernel<8, 8192>, 8, 8192, 3);
-      cpasync(cpasync_kernel<2, 32768>, 2, 32768, 3);
-      cpasync(cpasync_kernel<3, 32768>, 3, 32768, 2);
-      auto bulk = [&](auto kernel, int stages, int span, int cps) {
-        if (items && page > span) return;
-        const int smem = stages * span + 2 * stages * 8;
-        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        upload(int64_t(sms) * cps, span);
-        const double g = time_gbps([&] { kernel<<<sms * cps, 160, smem>>>(p, sink); }, p.total, reps);
-        std::printf("bulk,%lld,%s,%d,%d,%d,%.0f\n", (long long)page, order, stages, cps, span, g);
+      auto cpasync = [&](auto cfg, int cps) {
+        using C = decltype(cfg);
+        staged("cpasync", cpasync_kernel<C::kStages, C::kSpan>, 128, 0, C::kStages, C::kSpan, cps);
       };
-      bulk(bulk_kernel<4, 8192>, 4, 8192, 4);
-      bulk(bulk_kernel<8, 8192>, 8, 8192, 2);
-      bulk(bulk_kernel<8, 8192>, 8, 8192, 3);
-      bulk(bulk_kernel<16, 8192>, 16, 8192, 1);
-      bulk(bulk_kernel<12, 8192>, 12, 8192, 2);
-      bulk(bulk_kernel<3, 32768>, 3, 32768, 2);
-      bulk(bulk_kernel<6, 32768>, 6, 32768, 1);
+      auto bulk = [&](auto cfg, int cps) {  // + the full / empty barriers
+        using C = decltype(cfg);
+        staged("bulk", bulk_kernel<C::kStages, C::kSpan>, 160, 2 * C::kStages * 8, C::kStages, C::kSpan, cps);
+      };
+      // (stages, span) at CTAs an SM that fill ~192 KB of shared memory an SM (or 128 KB)
+      cpasync(Stages<4, 8192>{}, 4), cpasync(Stages<4, 8192>{}, 6), cpasync(Stages<8, 8192>{}, 2);
+      cpasync(Stages<8, 8192>{}, 3), cpasync(Stages<2, 32768>{}, 3), cpasync(Stages<3, 32768>{}, 2);
+      bulk(Stages<4, 8192>{}, 4), bulk(Stages<8, 8192>{}, 2), bulk(Stages<8, 8192>{}, 3), bulk(Stages<16, 8192>{}, 1);
+      bulk(Stages<12, 8192>{}, 2), bulk(Stages<3, 32768>{}, 2), bulk(Stages<6, 32768>{}, 1);
     }
   }
-  CK(cudaFree(d_ids));
-  CK(cudaFree(base));
+  GQ_CUDA_CHECK(cudaFree(d_ids));
+  GQ_CUDA_CHECK(cudaFree(base));
   return 0;
 }
