@@ -120,7 +120,7 @@ void launch_append_kv(const AppendKVParams& params, void* stream);
 // held (the engine's GEMM tuning flushes the L2 this way).
 void launch_read(const void* data, size_t bytes, unsigned* sink, bool streaming, void* stream);
 
-// Streams `bytes` of device memory through 16-byte loads `reps` times (after one warm-up) on
+// Streams `bytes` of device memory through 16-byte loads `reps` times (after >= 100 ms of warm-up) on
 // `stream` and returns the median read bandwidth in GB/s: the decode ceiling. Allocates and frees
 // `bytes` of device memory and synchronises; for benchmarks, never on a serving path.
 double measure_read_bandwidth_gbps(size_t bytes, int reps, void* stream);

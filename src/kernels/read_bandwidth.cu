@@ -3,11 +3,10 @@
 // end-to-end floor). Layer: src/kernels (kernel + host function).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <memory>
-#include <vector>
 
 #include "kernels/launch.h"
+#include "kernels/median_time.h"
 #include "prims/cuda_check.h"
 
 namespace gqattn::kernels {
@@ -64,35 +63,9 @@ double measure_read_bandwidth_gbps(size_t bytes, int reps, void* stream) {
   std::unique_ptr<void, CudaFree> buf(raw);
   unsigned* sink = reinterpret_cast<unsigned*>(static_cast<char*>(raw) + bytes);
   GQ_CUDA_CHECK(cudaMemsetAsync(raw, 0x5A, bytes, s));  // non-zero data
-  cudaEvent_t start, stop;
-  GQ_CUDA_CHECK(cudaEventCreate(&start));
-  GQ_CUDA_CHECK(cudaEventCreate(&stop));
-  auto pass = [&] { launch_read(raw, bytes, sink, /*streaming=*/true, stream); };
-  // Warm-up: passes for at least kWarmupMs, so that the timed passes do not see a GPU still
-  // raising its clocks from idle. The ceiling measured at the start of a process ranged
-  // 3944-4541 GB/s after one warm-up pass (docs/perf-notes.md, item 15).
-  constexpr float kWarmupMs = 100.f;
-  GQ_CUDA_CHECK(cudaEventRecord(start, s));
-  for (float warm = 0; warm < kWarmupMs;) {
-    for (int i = 0; i < 8; ++i) pass();
-    GQ_CUDA_CHECK(cudaEventRecord(stop, s));
-    GQ_CUDA_CHECK(cudaEventSynchronize(stop));
-    GQ_CUDA_CHECK(cudaEventElapsedTime(&warm, start, stop));
-  }
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    GQ_CUDA_CHECK(cudaEventRecord(start, s));
-    pass();
-    GQ_CUDA_CHECK(cudaEventRecord(stop, s));
-    GQ_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    GQ_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return double(bytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9;
+  const float ms = median_ms_after_warmup(
+      [&] { launch_read(raw, bytes, sink, /*streaming=*/true, stream); }, reps, s);
+  return double(bytes) / (double(ms) * 1e-3) / 1e9;
 }
 
 }  // namespace gqattn::kernels

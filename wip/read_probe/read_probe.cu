@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/launch.h"
+#include "kernels/median_time.h"
 #include "prims/cuda_check.h"
 #include "prims/mma.cuh"
 #include "prims/sm90.cuh"
@@ -145,31 +146,10 @@ struct Stages {  // a staged loader's configuration: S stages of B bytes
 };
 
 template <typename F>
-double time_gbps(F launch, int64_t bytes, int reps) {
-  cudaEvent_t a, b;
-  GQ_CUDA_CHECK(cudaEventCreate(&a));
-  GQ_CUDA_CHECK(cudaEventCreate(&b));
-  // Warm-up of >= 100 ms, as the ceiling's.
-  GQ_CUDA_CHECK(cudaEventRecord(a));
-  for (float warm = 0; warm < 100.f;) {
-    launch();
-    GQ_CUDA_CHECK(cudaEventRecord(b));
-    GQ_CUDA_CHECK(cudaEventSynchronize(b));
-    GQ_CUDA_CHECK(cudaEventElapsedTime(&warm, a, b));
-  }
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    GQ_CUDA_CHECK(cudaEventRecord(a));
-    launch();
-    GQ_CUDA_CHECK(cudaEventRecord(b));
-    GQ_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    GQ_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
+double time_gbps(F launch, int64_t bytes, int reps) {  // the read ceiling's timing (median_time.h)
+  const float ms = gqattn::kernels::median_ms_after_warmup(launch, reps, nullptr);
   GQ_CUDA_CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  return double(bytes) / (ms * 1e-3) / 1e9;
 }
 
 }  // namespace
@@ -186,7 +166,7 @@ int main(int argc, char** argv) {
   GQ_CUDA_CHECK(cudaMalloc(&base, pool_bytes));
   GQ_CUDA_CHECK(cudaMalloc(&sink, 16));
   GQ_CUDA_CHECK(cudaMemset(base, 0x5A, pool_bytes));
-  std::printf("# device %s, %d SMs; pool %.1f GB; median of %d runs after a 100 ms warm-up\n", prop.name, sms,
+  std::printf("# device %s, %d SMs; pool %.1f GB; median of %d runs after >= 100 ms of warm-up\n", prop.name, sms,
               pool_bytes / 1e9, reps);
   std::printf("loader,page_bytes,order,stages,ctas_per_sm,span,GBps\n");
   std::printf("ceiling,,,,,,%.0f\n", gqattn::kernels::measure_read_bandwidth_gbps(size_t(pool_bytes), reps, nullptr));
