@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/gemm-stream-out}
 mkdir -p "$OUT"
 BIN=/tmp/gemm_stream
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
-bash wip/gemm_stream/build.sh "$BIN" -Xptxas -v > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+bash wip/build.sh "$BIN" wip/gemm_stream/gemm_stream.cu -lcublasLt -Xptxas -v > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 grep -E "spill|Used" "$OUT/build.log" | sort | uniq -c
 rc=0
 # A smoke run first (o at 77 tokens, one timed run a variant): a variant that hangs stops the call

@@ -1,6 +1,6 @@
 set -u
 OUT=${OUT:-/tmp/o}; mkdir -p $OUT
-bash wip/gemm_stream/build.sh /tmp/gs -lineinfo || exit 1
+bash wip/build.sh /tmp/gs wip/gemm_stream/gemm_stream.cu -lcublasLt -lineinfo || exit 1
 for cfg in "o:128:4:1" "o:128:1:1" "lm_head:256:1:1" "o:64:2:1"; do
   IFS=: read -r sh bn sp pk <<< "$cfg"
   GEMM_STREAM_SHAPES=$sh GEMM_STREAM_ONLY="$bn:$sp:$pk" GEMM_STREAM_LT_ALGOS=1 timeout 100 ncu --kernel-name regex:gemm_stream_kernel --launch-skip 3 --launch-count 1 \

@@ -1,7 +1,7 @@
 # The W-only and X-only timing probes (GEMM_STREAM_PROBE=1 / 2) beside the product, packed variants.
 set -u
 OUT=${OUT:-/tmp/o}; mkdir -p $OUT
-bash wip/gemm_stream/build.sh /tmp/gs || exit 1
+bash wip/build.sh /tmp/gs wip/gemm_stream/gemm_stream.cu -lcublasLt || exit 1
 for pr in 0 1 2; do GEMM_STREAM_LT_ALGOS=4 GEMM_STREAM_PROBE=$pr timeout 120 /tmp/gs 128 9 > $OUT/probe$pr.csv 2>&1; done
 for pr in 0 1 2; do
   echo "== probe $pr (0 product, 1 W only, 2 X only): best packed variant a shape, and bn128 x1 / x4"

@@ -5,7 +5,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/read-probe-out}
 mkdir -p "$OUT"
-nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc -o /tmp/read_probe \
-  wip/read_probe/read_probe.cu src/kernels/read_bandwidth.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+bash wip/build.sh /tmp/read_probe wip/read_probe/read_probe.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
 timeout 60 /tmp/read_probe "${READ_PROBE_GB:-4}" "${READ_PROBE_REPS:-9}" | tee "$OUT/read_probe.csv"
