@@ -24,14 +24,13 @@
 # g221 ran in session 45: its patch rejected, perf-notes item 226.)
 # (Steps pe, p64, hnd and l2p ran in session 46: perf-notes items 234-237; l2p's patch rejected.
 # Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected;
-# gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted.)
+# gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted;
+# d32 ran in session 51: item 258, its patch rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
-#   d32   item 254's lead (wip/decode-many-32k-stages.patch): decode_many in 2 stages of 64-key tiles
-#         at 3 CTAs an SM, its GPU tests and decode_many's rows against main (wip_check.sh, ~350 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -42,7 +41,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|d32|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -223,12 +222,6 @@ case $step in
       scripts/split_probe.sh build-gpu/gqattn-bench bench/sweeps/ab/decode_batch1_long_hd128.csv
     exit $rc
     ;;
-  d32)
-    # Item 254's lead: decode_many in two stages of 64-key tiles (32 KB of K and V a stage) at three
-    # CTAs an SM, the probe's best paged read (+5.9 % over 8 KB stages on the H200). Its GPU tests,
-    # then decode_many's rows against main's binary, ABBA (~350 s).
-    LOG_DIR=$L scripts/wip_check.sh "wip/decode-many-32k-stages.patch@bench/sweeps/ab/decode_many_rows_hd128.csv"
-    ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
     # Only the head dims and dtypes of the sweep's rows (bf16 at 64 / 128 / 256: a quarter of the
@@ -238,7 +231,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, d32, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, flexd, flexp, check)"
     exit 2
     ;;
 esac
