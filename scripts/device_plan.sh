@@ -31,6 +31,8 @@
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
+#   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
+#         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -41,7 +43,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|ncg|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -222,6 +224,17 @@ case $step in
       scripts/split_probe.sh build-gpu/gqattn-bench bench/sweeps/ab/decode_batch1_long_hd128.csv
     exit $rc
     ;;
+  ncg)
+    # The decode rows furthest behind cuDNN (0.84-0.88x in item 259's table), cuDNN as the bench
+    # runs it (enable_gqa, K/V not expanded: item 176 profiled expanded K/V), then ours, one launch
+    # each under ncu: which kernel, grid and CTAs an SM cuDNN uses where we trail it most.
+    rows=("8 1 128 128 1 2048" "8 1 128 128 1 512" "32 4 128 32 1 512" "32 1 128 32 1 512")
+    specs=(); for r in "${rows[@]}"; do specs+=("cudnn $r 0"); done
+    LOG_DIR=$L/peer scripts/ncu_peer.sh "${specs[@]}"; save
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    ours=(); for r in "${rows[@]}"; do read -r hq hkv d b qo kv <<< "$r"; ours+=("decode,bf16,$hq,$hkv,$d,16,$b,$qo,$kv,1"); done
+    LOG_DIR=$L/ncu scripts/ncu_decode.sh build-gpu/gqattn-bench "${ours[@]}"
+    ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
     # Only the head dims and dtypes of the sweep's rows (bf16 at 64 / 128 / 256: a quarter of the
@@ -231,7 +244,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, ncg, flexd, flexp, check)"
     exit 2
     ;;
 esac
