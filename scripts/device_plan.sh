@@ -31,6 +31,8 @@
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
+#   dl128 item 261 (wip/decode-long-hd128.patch): decode_long's 128-key tiles at hd128, one unsplit
+#         CTA an SM where 64 .. SMs requests x K/V heads: its GPU tests and the rows against main (~200 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
@@ -43,7 +45,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|ncg|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|dl128|ncg|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -224,6 +226,13 @@ case $step in
       scripts/split_probe.sh build-gpu/gqattn-bench bench/sweeps/ab/decode_batch1_long_hd128.csv
     exit $rc
     ;;
+  dl128)
+    # Item 261: decode_long at hd128 (128-key tiles, two 64 KB stages, one unsplit CTA an SM, as
+    # cuDNN runs 8/1 heads x 128 requests): its GPU tests (racecheck of the new one), then the
+    # 64-128-item rows and controls against main, ABBA (~200 s; d32's call took 104 s on an H100).
+    LOG_DIR=$L WIP_RACECHECK=GpuDecode.FewItemsOnTheLongTileFamilyAtHeadDim128 \
+      scripts/wip_check.sh "wip/decode-long-hd128.patch@bench/sweeps/ab/decode_long_hd128.csv"
+    ;;
   ncg)
     # The decode rows furthest behind cuDNN (0.84-0.88x in item 259's table), cuDNN as the bench
     # runs it (enable_gqa, K/V not expanded: item 176 profiled expanded K/V), then ours, one launch
@@ -244,7 +253,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, ncg, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, dl128, ncg, flexd, flexp, check)"
     exit 2
     ;;
 esac
