@@ -31,9 +31,9 @@
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
-#   dl128 item 261 (wip/decode-long-hd128.patch): decode_long's 128-key tiles at hd128, one unsplit
-#         CTA an SM where 64 .. SMs requests x K/V heads: its GPU tests and the rows against main,
-#         then its switch GQATTN_DECODE_LONG_ROWS16 (MQA's rows as 16-row items there) (~260 s)
+#   dl128 items 261-262 (wip/decode-long-hd128.patch): decode_long's 128-key tiles at hd128 in three
+#         stages, one unsplit CTA an SM where 96 .. SMs requests x K/V heads: its GPU tests and the
+#         rows against main (~130 s; the two-stage version and the rows16 switch ran in session 52)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
@@ -228,23 +228,12 @@ case $step in
     exit $rc
     ;;
   dl128)
-    # Item 261: decode_long at hd128 (128-key tiles, two 64 KB stages, one unsplit CTA an SM, as
-    # cuDNN runs 8/1 heads x 128 requests): its GPU tests (racecheck of the new one), then the
-    # 64-128-item rows and controls against main, ABBA (~200 s; d32's call took 104 s on an H100).
+    # Items 261-262: decode_long at hd128 (128-key tiles, three 64 KB stages, one unsplit CTA an SM,
+    # as cuDNN runs 8/1 heads x 128 requests): its GPU tests (racecheck of the new one), then the
+    # 96-132-item rows and controls against main, ABBA (~130 s on an H100 in session 52).
     LOG_DIR=$L WIP_RACECHECK=GpuDecode.FewItemsOnTheLongTileFamilyAtHeadDim128 \
       scripts/wip_check.sh "wip/decode-long-hd128.patch@bench/sweeps/ab/decode_long_hd128.csv"; rc=$?
-    # The patch's experiment GQATTN_DECODE_LONG_ROWS16=1 (MQA's 32 rows as two 16-row items on
-    # decode_long, as cuDNN ran MQA 32 x 512): its GPU test with the switch on (wip_check ran it with
-    # the switch off), then its rows with it off / on / off in the patched build (~60 s), in the
-    # tree wip_check built (/tmp/wip-tree-<patch name>).
-    B=/tmp/wip-tree-decode-long-hd128/build
-    GQATTN_DECODE_LONG_ROWS16=1 timeout 200 "$B/tests/gqattn_gpu_tests" \
-      --gtest_filter='GpuDecode.SixteenRowItemsOnTheLongTileFamilyAtHeadDim128' > "$L/rows16_tests.log" 2>&1 || rc=1
-    grep -E "PASSED|FAILED" "$L/rows16_tests.log"
-    scripts/ab_sweep.sh "$B" bench/sweeps/ab/decode_long_rows16_hd128.csv "$L/rows16" "off:" "on:GQATTN_DECODE_LONG_ROWS16=1"
-    python3 bench/compare.py "$L/rows16/off.csv" "$L/rows16/on.csv" > "$L/rows16/compare.txt" 2>&1
-    python3 bench/compare.py "$L/rows16/off.csv" "$L/rows16/off_again.csv" | tail -1 >> "$L/rows16/compare.txt"
-    cat "$L/rows16/compare.txt"; save
+    save
     exit $rc
     ;;
   ncg)
