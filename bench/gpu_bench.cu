@@ -249,6 +249,7 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
 
   std::vector<CaseSet> set(sets);
   std::mt19937_64 rng(1234);
+  static const bool pages_in_order = env_flag("GQATTN_BENCH_PAGES_IN_ORDER");
   for (int s = 0; s < sets; ++s) {
     CaseSet& cs = set[s];
     const int64_t pool_tokens = paged ? pool_pages * page_size : kv_total_tokens;
@@ -268,9 +269,12 @@ BenchResult gpu_run_case(const BenchCase& c, const Ceilings& ceilings, int iters
     GQ_CUDA_CHECK(cudaMemcpy(cs.last, last.data(), last.size() * 4, cudaMemcpyHostToDevice));
     GQ_CUDA_CHECK(cudaMemcpy(cs.qo_indptr, qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice));
     if (paged) {
+      // A random permutation of a larger pool (BENCHMARKS.md); GQATTN_BENCH_PAGES_IN_ORDER=1, a
+      // diagnostic: pages 0, 1, 2, ... in order, so that each request's K/V (and at one K/V head, or
+      // NHD, each item's) is one contiguous span read through the page table (perf-notes item 263).
       std::vector<int32_t> perm(pool_pages);
       std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
+      if (!pages_in_order) std::shuffle(perm.begin(), perm.end(), rng);
       cs.indices = arena.take(pages_needed * 4);
       GQ_CUDA_CHECK(cudaMemcpy(cs.indices, perm.data(), pages_needed * 4, cudaMemcpyHostToDevice));
     }

@@ -34,6 +34,8 @@
 #   dl128 items 261-262 (wip/decode-long-hd128.patch): decode_long's 128-key tiles at hd128 in three
 #         stages, one unsplit CTA an SM where 96 .. SMs requests x K/V heads: its GPU tests and the
 #         rows against main (~130 s; the two-stage version and the rows16 switch ran in session 52)
+#   pord  item 263: the rows furthest behind cuDNN with random pages, pages in order and contiguous
+#         K/V, then cuDNN on them (a build of hd128 bf16, ~150 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
@@ -46,7 +48,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|dl128|ncg|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|dl128|pord|ncg|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -250,6 +252,20 @@ case $step in
     LOG_DIR=$L/ncu scripts/ncu_decode.sh build-gpu/gqattn-bench "${ours[@]:0:3}"
     NCU_KERNEL=attention_sm90_kernel LOG_DIR=$L/ncu_sm90 scripts/ncu_decode.sh build-gpu/gqattn-bench "${ours[3]}"
     ;;
+  pord)
+    # Item 263: the rows furthest behind cuDNN with our pages random (the bench's default), in order
+    # (GQATTN_BENCH_PAGES_IN_ORDER=1) and as contiguous ragged K/V (the sweep's page-0 rows), ABA,
+    # then cuDNN on the same rows: how much of each gap is the page order the peers never pay.
+    S=bench/sweeps/ab/decode_page_order_hd128.csv
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    scripts/ab_sweep.sh build-gpu "$S" "$L/order" "random:" "in_order:GQATTN_BENCH_PAGES_IN_ORDER=1"
+    python3 bench/compare.py "$L/order/random.csv" "$L/order/in_order.csv" > "$L/order/compare.txt" 2>&1
+    python3 bench/compare.py "$L/order/random.csv" "$L/order/random_again.csv" | tail -1 >> "$L/order/compare.txt"
+    cat "$L/order/compare.txt"; save
+    PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers.py --sweep "$S" --csv "$L/order/cudnn.csv" --peers sdpa_cudnn \
+      --ceilings "$L/order/random.csv" --iters 30 > "$L/order/cudnn.log" 2>&1 || tail -5 "$L/order/cudnn.log"
+    save
+    ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
     # Only the head dims and dtypes of the sweep's rows (bf16 at 64 / 128 / 256: a quarter of the
@@ -259,7 +275,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, dl128, ncg, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, dl128, pord, ncg, flexd, flexp, check)"
     exit 2
     ;;
 esac
