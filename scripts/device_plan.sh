@@ -25,19 +25,15 @@
 # (Steps pe, p64, hnd and l2p ran in session 46: perf-notes items 234-237; l2p's patch rejected.
 # Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected;
 # gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted;
-# d32 ran in session 51: item 258, its patch rejected.)
+# d32 ran in session 51: item 258, its patch rejected; dl128 (twice) and dpf ran in session 52:
+# items 262 and 264, their patches rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
-#   dl128 items 261-262 (wip/decode-long-hd128.patch): decode_long's 128-key tiles at hd128 in three
-#         stages, one unsplit CTA an SM where 96 .. SMs requests x K/V heads: its GPU tests and the
-#         rows against main (~130 s; the two-stage version and the rows16 switch ran in session 52)
 #   pord  item 263: the rows furthest behind cuDNN with random pages, pages in order and contiguous
 #         K/V, then cuDNN on them (a build of hd128 bf16, ~150 s)
-#   dpf   item 264 (wip/decode-l2-prefetch.patch): the decode families' L2 prefetch N tiles ahead:
-#         decode GPU tests and memcheck with N = 4, then N = 0 / 1 / 2 / 4 on the rows (~200 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
@@ -50,7 +46,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|dl128|pord|dpf|ncg|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -231,15 +227,6 @@ case $step in
       scripts/split_probe.sh build-gpu/gqattn-bench bench/sweeps/ab/decode_batch1_long_hd128.csv
     exit $rc
     ;;
-  dl128)
-    # Items 261-262: decode_long at hd128 (128-key tiles, three 64 KB stages, one unsplit CTA an SM,
-    # as cuDNN runs 8/1 heads x 128 requests): its GPU tests (racecheck of the new one), then the
-    # 96-132-item rows and controls against main, ABBA (~130 s on an H100 in session 52).
-    LOG_DIR=$L WIP_RACECHECK=GpuDecode.FewItemsOnTheLongTileFamilyAtHeadDim128 \
-      scripts/wip_check.sh "wip/decode-long-hd128.patch@bench/sweeps/ab/decode_long_hd128.csv"; rc=$?
-    save
-    exit $rc
-    ;;
   ncg)
     # The decode rows furthest behind cuDNN (0.84-0.88x in item 259's table), cuDNN as the bench
     # runs it (enable_gqa, K/V not expanded: item 176 profiled expanded K/V), then ours, one launch
@@ -268,30 +255,6 @@ case $step in
       --ceilings "$L/order/random.csv" --iters 30 > "$L/order/cudnn.log" 2>&1 || tail -5 "$L/order/cudnn.log"
     save
     ;;
-  dpf)
-    # Item 264 (wip/decode-l2-prefetch.patch): the decode families ask the L2 for K/V rows N tiles
-    # past their copies (GQATTN_DECODE_L2_PREFETCH=N, default 0). The patched tree is built (hd 64 /
-    # 128 / 256, bf16); the decode GPU tests and memcheck run with N = 4; then the rows with N = 0,
-    # 1, 2, 4 and 0 again in one binary (~200 s).
-    D=/tmp/dpf-tree; rm -rf "$D" && mkdir -p "$D"
-    tar cf - --exclude=./build* --exclude=./.git . | tar xf - -C "$D"
-    (cd "$D" && patch -p1 < "$ROOT/wip/decode-l2-prefetch.patch") > "$L/apply.log" 2>&1 || { echo "dpf: the patch does not apply"; exit 1; }
-    (cd "$D" && GQATTN_HEAD_DIMS="64;128;256" GQATTN_DTYPES=bf16 GQATTN_BUILD_DIR=build LOG_DIR=$L scripts/gpu_check.sh build) || exit 1
-    B=$D/build rc=0
-    GQATTN_DECODE_L2_PREFETCH=4 timeout 300 "$B/tests/gqattn_gpu_tests" --gtest_filter='GpuDecode.*' > "$L/tests_pf4.log" 2>&1 || rc=1
-    tail -3 "$L/tests_pf4.log"
-    GQATTN_DECODE_L2_PREFETCH=4 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gqattn_gpu_tests" \
-      --gtest_filter='GpuDecode.BitwiseDeterministic:GpuDecode.EveryHeadDim*:GpuDecode.LongRequestsOnTheLongTileFamily' \
-      > "$L/memcheck_pf4.log" 2>&1 && echo "memcheck (N = 4): clean" || { rc=1; tail -20 "$L/memcheck_pf4.log"; }
-    save
-    S=bench/sweeps/ab/decode_l2_prefetch.csv
-    scripts/ab_sweep.sh "$B" "$S" "$L/ab" "off:" "pf1:GQATTN_DECODE_L2_PREFETCH=1" "pf2:GQATTN_DECODE_L2_PREFETCH=2" \
-      "pf4:GQATTN_DECODE_L2_PREFETCH=4"
-    for x in pf1 pf2 pf4; do python3 bench/compare.py "$L/ab/off.csv" "$L/ab/$x.csv" > "$L/ab/compare_$x.txt" 2>&1; done
-    python3 bench/compare.py "$L/ab/off.csv" "$L/ab/off_again.csv" > "$L/ab/compare_again.txt" 2>&1
-    tail -qn1 "$L"/ab/compare_*.txt; save
-    exit $rc
-    ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
     # Only the head dims and dtypes of the sweep's rows (bf16 at 64 / 128 / 256: a quarter of the
@@ -301,7 +264,7 @@ case $step in
       scripts/gpu_check.sh build bench
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, dl128, pord, dpf, ncg, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, check)"
     exit 2
     ;;
 esac
