@@ -11,6 +11,8 @@
 // Every loader XORs what it reads (kept alive by a sink). Pages: 256 B (hd128 page 1, or an NHD
 // row), 4 KB (HND page 16) and 16 KB (page 64); the span's bytes map through the page list.
 //   build: bash wip/read_probe/run.sh (nvcc, sm_90a); run: read_probe [POOL_GB=4] [REPS=9]
+// READ_PROBE_ONE_CTA=1 (perf-notes item 265): 4 KB pages only, random and in order, the staged
+// loaders at one CTA an SM (stages of 16-64 KB) beside their best multi-CTA configurations.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -176,7 +178,9 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(1234);
   int* d_ids = nullptr;
   GQ_CUDA_CHECK(cudaMalloc(&d_ids, (pool_bytes / 256) * sizeof(int)));
+  const bool one_cta = std::getenv("READ_PROBE_ONE_CTA") != nullptr;
   for (int64_t page : {int64_t(256), int64_t(4096), int64_t(16384)}) {
+    if (one_cta && page != 4096) continue;
     const int64_t n = pool_bytes / page;
     std::vector<int> random_ids(n), ids(n);
     std::iota(random_ids.begin(), random_ids.end(), 0);
@@ -184,6 +188,7 @@ int main(int argc, char** argv) {
     const Pool p{base, d_ids, page, __builtin_ctzll(uint64_t(page)), n * page};
     for (const char* order : {"random", "in_order", "items"}) {
       const std::string o = order;
+      if (one_cta && o == "items") continue;
       // The page list for a grid of `grid` CTAs whose spans (of `span` bytes) go round robin.
       auto upload = [&](int64_t grid, int64_t span) {
         if (o == "random") {
@@ -205,7 +210,7 @@ int main(int argc, char** argv) {
       };
       const bool items = o == "items";
       for (int cps : {4, 8}) {
-        if (items && page > 4096) break;  // an item's spans are whole pages
+        if (one_cta || (items && page > 4096)) break;  // an item's spans are whole pages
         upload(int64_t(sms) * cps * 256 / 32, 4096);
         const double g = time_gbps([&] { ld_kernel<<<sms * cps, 256>>>(p, sink); }, p.total, reps);
         std::printf("ld,%lld,%s,,%d,4096,%.0f\n", (long long)page, order, cps, g);
@@ -227,6 +232,13 @@ int main(int argc, char** argv) {
         using C = decltype(cfg);
         staged("bulk", bulk_kernel<C::kStages, C::kSpan>, 160, 2 * C::kStages * 8, C::kStages, C::kSpan, cps);
       };
+      if (one_cta) {  // one CTA an SM (the decode rows of one long item an SM), and two references
+        cpasync(Stages<2, 65536>{}, 1), cpasync(Stages<3, 65536>{}, 1), cpasync(Stages<4, 32768>{}, 1);
+        cpasync(Stages<6, 32768>{}, 1), cpasync(Stages<12, 16384>{}, 1), cpasync(Stages<3, 32768>{}, 2);
+        bulk(Stages<3, 65536>{}, 1), bulk(Stages<6, 32768>{}, 1), bulk(Stages<12, 16384>{}, 1);
+        cpasync(Stages<2, 32768>{}, 3), bulk(Stages<3, 32768>{}, 2);
+        continue;
+      }
       // (stages, span) at CTAs an SM that fill ~192 KB of shared memory an SM (or 128 KB)
       cpasync(Stages<4, 8192>{}, 4), cpasync(Stages<4, 8192>{}, 6), cpasync(Stages<8, 8192>{}, 2);
       cpasync(Stages<8, 8192>{}, 3), cpasync(Stages<2, 32768>{}, 3), cpasync(Stages<3, 32768>{}, 2);
