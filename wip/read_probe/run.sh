@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # perf-notes item 254: the paged-read probe in one device call (read_probe.cu says what it runs).
 #   run: bash wip/read_probe/run.sh      (CSV and log under $OUT)
+#   READ_PROBE_SMALL=1: small_reads.cu instead (item 266: a plain read of 1 MB .. 1 GB in the
+#   benchmark's timing), small_reads.csv
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/read-probe-out}
 mkdir -p "$OUT"
+if [ -n "${READ_PROBE_SMALL:-}" ]; then
+  bash wip/build.sh /tmp/small_reads wip/read_probe/small_reads.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
+  timeout 120 /tmp/small_reads "${READ_PROBE_REPS:-30}" | tee "$OUT/small_reads.csv"
+  exit
+fi
 bash wip/build.sh /tmp/read_probe wip/read_probe/read_probe.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
 timeout 60 /tmp/read_probe "${READ_PROBE_GB:-4}" "${READ_PROBE_REPS:-9}" | tee "$OUT/read_probe.csv"
