@@ -32,8 +32,8 @@
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
 #   l215  land, then split_probe.sh with fixed chunks (item 215) on the batch-1 long rows (~500 s)
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
-#   pord  item 263: the rows furthest behind cuDNN with random pages, pages in order and contiguous
-#         K/V, then cuDNN on them (a build of hd128 bf16, ~150 s)
+#   pord  item 263: the rows furthest behind cuDNN with random pages and pages in order, then
+#         cuDNN on them (a build of hd128 bf16, ~60 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
@@ -242,9 +242,9 @@ case $step in
     NCU_KERNEL=attention_sm90_kernel LOG_DIR=$L/ncu_sm90 scripts/ncu_decode.sh build-gpu/gqattn-bench "${ours[3]}"
     ;;
   pord)
-    # Item 263: the rows furthest behind cuDNN with our pages random (the bench's default), in order
-    # (GQATTN_BENCH_PAGES_IN_ORDER=1) and as contiguous ragged K/V (the sweep's page-0 rows), ABA,
-    # then cuDNN on the same rows: how much of each gap is the page order the peers never pay.
+    # Item 263: the rows furthest behind cuDNN with our pages random (the bench's default) and in
+    # order (GQATTN_BENCH_PAGES_IN_ORDER=1), ABA, then cuDNN on the same rows (contiguous K/V): how
+    # much of each gap is the page order the peers never pay.
     S=bench/sweeps/ab/decode_page_order_hd128.csv
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     scripts/ab_sweep.sh build-gpu "$S" "$L/order" "random:" "in_order:GQATTN_BENCH_PAGES_IN_ORDER=1"

@@ -7,12 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/read-probe-out}
 mkdir -p "$OUT"
-if [ -n "${READ_PROBE_SMALL:-}" ]; then
-  bash wip/build.sh /tmp/small_reads wip/read_probe/small_reads.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
-  timeout 120 /tmp/small_reads "${READ_PROBE_REPS:-30}" | tee "$OUT/small_reads.csv"
-  exit
-fi
-bash wip/build.sh /tmp/read_probe wip/read_probe/read_probe.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+name=read_probe args=("${READ_PROBE_GB:-4}" "${READ_PROBE_REPS:-9}") limit=60
+[ -n "${READ_PROBE_SMALL:-}" ] && name=small_reads args=("${READ_PROBE_REPS:-30}") limit=120
+bash wip/build.sh /tmp/$name wip/read_probe/$name.cu > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
-timeout 60 /tmp/read_probe "${READ_PROBE_GB:-4}" "${READ_PROBE_REPS:-9}" | tee "$OUT/read_probe.csv"
+timeout $limit /tmp/$name "${args[@]}" | tee "$OUT/$name.csv"
