@@ -26,7 +26,7 @@
 # Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected;
 # gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted;
 # d32 ran in session 51: item 258, its patch rejected; dl128 (twice) and dpf ran in session 52:
-# items 262 and 264, their patches rejected.)
+# items 262 and 264, their patches rejected; cm ran in session 53: item 267, its patch rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -36,9 +36,6 @@
 #         cuDNN on them (a build of hd128 bf16, ~60 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
-#   cm    item 267: split chunks merged in a thread-block cluster (Plan::merge_cluster): a build of
-#         hd 64 / 128 / 256 bf16, the decode GPU tests, memcheck / racecheck / synccheck of the new
-#         test, then the A/B against the merge kernel on the 59 decode rows under 45 us (~300 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -49,7 +46,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|cm|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -257,29 +254,6 @@ case $step in
     PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers.py --sweep "$S" --csv "$L/order/cudnn.csv" --peers sdpa_cudnn \
       --ceilings "$L/order/random.csv" --iters 30 > "$L/order/cudnn.log" 2>&1 || tail -5 "$L/order/cudnn.log"
     save
-    ;;
-  cm)
-    # Item 267: split chunks merged in a thread-block cluster through distributed shared memory
-    # (Plan::merge_cluster) against the merge kernel (GQATTN_DISABLE_CLUSTER_MERGE=1): the decode
-    # tests at hd 64 / 128 / 256 (the new test at each), the three sanitizers on the new test, then
-    # the A/B on the decode rows under 45 us, ABA.
-    rc=0
-    GQATTN_HEAD_DIMS="64;128;256" GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    T=build-gpu/tests/gqattn_gpu_tests
-    timeout 300 "$T" --gtest_filter='GpuDecode.*' > "$L/tests.log" 2>&1 || rc=1
-    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$L/tests.log" | head -20; save
-    for tool in memcheck racecheck synccheck; do
-      timeout 150 compute-sanitizer --error-exitcode 1 --tool $tool "$T" \
-        --gtest_filter='GpuDecode.SplitChunksMergedInAClusterOfEachRowTile' > "$L/$tool.log" 2>&1 &&
-        echo "$tool: clean" || { rc=1; echo "$tool: FAILED"; grep -m5 -E "=====|Error|error" "$L/$tool.log"; }
-      save
-    done
-    S=bench/sweeps/ab/decode_cluster_merge_hd128.csv
-    scripts/ab_sweep.sh build-gpu "$S" "$L/ab" "cluster:" "kernel:GQATTN_DISABLE_CLUSTER_MERGE=1"
-    python3 bench/compare.py "$L/ab/kernel.csv" "$L/ab/cluster.csv" > "$L/ab/compare.txt" 2>&1
-    python3 bench/compare.py "$L/ab/cluster.csv" "$L/ab/cluster_again.csv" | tail -1 >> "$L/ab/compare.txt"
-    cat "$L/ab/compare.txt"; save
-    exit $rc
     ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
