@@ -39,6 +39,9 @@
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
+#   tl    item 271: wip/diag-timeline.patch applied (per-CTA %globaltimer stamps of the attention
+#         kernel and the split merge), the decode rows under 60 us and eight larger ones without
+#         and with the stamps; timeline.csv: a line a row (~250 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -46,7 +49,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -263,8 +266,22 @@ case $step in
     GQATTN_HEAD_DIMS=$(col 5) GQATTN_DTYPES=$(col 2) BENCH_FAMILIES=$fam PEERS=flex,sdpa_cudnn LOG_DIR=$L \
       scripts/gpu_check.sh build bench
     ;;
+  tl)
+    # Item 271: where a decode call's time goes past a plain read of its bytes. wip/diag-timeline.patch
+    # stamps every CTA of the attention kernel and the split merge (%globaltimer); the sweep runs
+    # without the stamps, with them (GQATTN_DIAG_TIMELINE: a line a row in timeline.csv) and
+    # without again, so that compare.py shows what the stamps themselves cost.
+    git apply wip/diag-timeline.patch || exit 1
+    trap 'git apply -R wip/diag-timeline.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    S=bench/sweeps/ab/decode_timeline_hd128.csv
+    scripts/ab_sweep.sh build-gpu "$S" "$L/tl" "plain:" "tl:GQATTN_DIAG_TIMELINE=$L/tl/timeline.csv"
+    python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/tl.csv" > "$L/tl/compare.txt" 2>&1
+    python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/plain_again.csv" | tail -1 >> "$L/tl/compare.txt"
+    tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, check)"
     exit 2
     ;;
 esac
