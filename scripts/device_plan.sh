@@ -283,8 +283,8 @@ case $step in
     tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
     ;;
   ml)
-    # Item 272: wip/split-merge-lanes.patch (the block merge in 128-1024 threads by the plan's
-    # chunks, its lanes combined together, the row teams' 5-8 chunks in one batch): its GPU tests,
+    # Item 272: wip/split-merge-lanes.patch (the block merge's lanes in one warp, combined by
+    # shuffles; 512 threads from 128 chunks; the row teams' 5-8 chunks in one batch): its GPU tests,
     # racecheck of the merge tests and the A/B against main (wip_check.sh, ABBA), then the timeline
     # with it (wip/diag-timeline-lanes.patch on top) beside item 271's.
     S=bench/sweeps/ab/decode_timeline_hd128.csv
@@ -297,7 +297,7 @@ case $step in
     mkdir -p $L/tl
     GQATTN_DIAG_TIMELINE=$L/tl/timeline_lanes.csv build-gpu/gqattn-bench --device cuda --sweep "$S" --iters 20 \
       --csv "$L/tl/lanes_tl.csv" > "$L/tl/lanes_tl.log" 2>&1 || rc=1
-    cut -d, -f1-5,6,10,11,14,15,16,17,18,19 "$L/tl/timeline_lanes.csv"
+    cut -d, -f1-4,6,15-23 "$L/tl/timeline_lanes.csv"
     exit $rc
     ;;
   *)
