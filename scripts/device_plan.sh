@@ -42,8 +42,8 @@
 #   tl    item 271: wip/diag-timeline.patch applied (per-CTA %globaltimer stamps of the attention
 #         kernel and the split merge), the decode rows under 60 us and eight larger ones without
 #         and with the stamps; timeline.csv: a line a row (~250 s)
-#   ml    item 272: wip/split-merge-lanes.patch through wip_check.sh (tests, racecheck, A/B on the
-#         timeline sweep), then its timeline (wip/diag-timeline-lanes.patch on top) (~400 s)
+#   ml    item 272: wip/split-merge-tree.patch through wip_check.sh (tests, racecheck, A/B on the
+#         timeline sweep), then its timeline (wip/diag-timeline-tree.patch on top) (~400 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -53,7 +53,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|ml|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/split-merge-lanes.patch wip/diag-timeline-lanes.patch")  # each "LOWER UPPER ...": a patch applied on the ones before it
+STACKS=("wip/split-merge-tree.patch wip/diag-timeline-tree.patch")  # each "LOWER UPPER ...": a patch applied on the ones before it
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -283,21 +283,21 @@ case $step in
     tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
     ;;
   ml)
-    # Item 272: wip/split-merge-lanes.patch (the block merge's lanes in one warp, combined by
-    # shuffles; 512 threads from 128 chunks; the row teams' 5-8 chunks in one batch): its GPU tests,
+    # Item 272: wip/split-merge-tree.patch (the block merge's lanes combined in a tree; 1024 threads
+    # from 128 chunks; the row teams' 5-8 chunks in one batch): its GPU tests,
     # racecheck of the merge tests and the A/B against main (wip_check.sh, ABBA), then the timeline
-    # with it (wip/diag-timeline-lanes.patch on top) beside item 271's.
+    # with it (wip/diag-timeline-tree.patch on top) beside item 271's.
     S=bench/sweeps/ab/decode_timeline_hd128.csv
     rc=0
-    WIP_RACECHECK="GpuDecode.SplitMergeEveryKernel" LOG_DIR=$L/W scripts/wip_check.sh "wip/split-merge-lanes.patch@$S" || rc=1
-    grep -h "PASSED\|FAILED" $L/W/split-merge-lanes/tests*.log | head; save
-    git apply wip/split-merge-lanes.patch && git apply wip/diag-timeline-lanes.patch || exit 1
-    trap 'git apply -R wip/diag-timeline-lanes.patch; git apply -R wip/split-merge-lanes.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    WIP_RACECHECK="GpuDecode.SplitMergeEveryKernel" LOG_DIR=$L/W scripts/wip_check.sh "wip/split-merge-tree.patch@$S" || rc=1
+    grep -h "PASSED\|FAILED" $L/W/split-merge-tree/tests*.log | head; save
+    git apply wip/split-merge-tree.patch && git apply wip/diag-timeline-tree.patch || exit 1
+    trap 'git apply -R wip/diag-timeline-tree.patch; git apply -R wip/split-merge-tree.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     mkdir -p $L/tl
-    GQATTN_DIAG_TIMELINE=$L/tl/timeline_lanes.csv build-gpu/gqattn-bench --device cuda --sweep "$S" --iters 20 \
-      --csv "$L/tl/lanes_tl.csv" > "$L/tl/lanes_tl.log" 2>&1 || rc=1
-    cut -d, -f1-4,6,15-23 "$L/tl/timeline_lanes.csv"
+    GQATTN_DIAG_TIMELINE=$L/tl/timeline_tree.csv build-gpu/gqattn-bench --device cuda --sweep "$S" --iters 20 \
+      --csv "$L/tl/tree_tl.csv" > "$L/tl/tree_tl.log" 2>&1 || rc=1
+    cut -d, -f1-4,6,15-23 "$L/tl/timeline_tree.csv"
     exit $rc
     ;;
   *)
