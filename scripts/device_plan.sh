@@ -44,6 +44,7 @@
 #         and with the stamps; timeline.csv: a line a row (~250 s)
 #   ml    item 272: wip/split-merge-tree.patch through wip_check.sh (tests, racecheck, A/B on the
 #         timeline sweep), then its timeline (wip/diag-timeline-tree.patch on top) (~400 s)
+#   mt    item 272: the timelines of main and of wip/split-merge-tree.patch in one call (~120 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -51,7 +52,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|ml|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|ml|mt|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=("wip/split-merge-tree.patch wip/diag-timeline-tree.patch")  # each "LOWER UPPER ...": a patch applied on the ones before it
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -300,8 +301,27 @@ case $step in
     cut -d, -f1-4,6,15-23 "$L/tl/timeline_tree.csv"
     exit $rc
     ;;
+  mt)
+    # Item 272: the timelines of main and of wip/split-merge-tree.patch in one call (each with its
+    # diag-timeline patch; the stamps' own cost is the same on both sides), the sweep twice a side,
+    # ABAB.
+    S=bench/sweeps/ab/decode_timeline_hd128.csv
+    mkdir -p $L/tl
+    trap 'git apply -R wip/diag-timeline-tree.patch 2>/dev/null; git apply -R wip/split-merge-tree.patch 2>/dev/null; git apply -R wip/diag-timeline.patch 2>/dev/null; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    git apply wip/diag-timeline.patch || exit 1
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 GQATTN_BUILD_DIR=build-main-tl LOG_DIR=$L/main scripts/gpu_check.sh build || exit 1
+    git apply -R wip/diag-timeline.patch && git apply wip/split-merge-tree.patch && git apply wip/diag-timeline-tree.patch || exit 1
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 GQATTN_BUILD_DIR=build-tree-tl LOG_DIR=$L/tree scripts/gpu_check.sh build || exit 1
+    for r in 1 2; do
+      for side in main tree; do
+        GQATTN_DIAG_TIMELINE=$L/tl/timeline_${side}_$r.csv build-$side-tl/gqattn-bench --device cuda --sweep "$S" \
+          --iters 20 --csv "$L/tl/${side}_$r.csv" > "$L/tl/${side}_$r.log" 2>&1 || echo "$side $r failed"
+      done
+    done
+    rm -f $L/main/build.log $L/tree/build.log
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, ml, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, ml, mt, check)"
     exit 2
     ;;
 esac
