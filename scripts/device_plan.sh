@@ -26,7 +26,8 @@
 # Steps gsk, gqk and gsu ran in session 48: perf-notes item 246, their three patches rejected;
 # gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted;
 # d32 ran in session 51: item 258, its patch rejected; dl128 (twice) and dpf ran in session 52:
-# items 262 and 264, their patches rejected; cm ran in session 53: item 267, its patch rejected.)
+# items 262 and 264, their patches rejected; cm ran in session 53: item 267, its patch rejected;
+# ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -41,10 +42,7 @@
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
 #   tl    item 271: wip/diag-timeline.patch applied (per-CTA %globaltimer stamps of the attention
 #         kernel and the split merge), the decode rows under 60 us and eight larger ones without
-#         and with the stamps; timeline.csv: a line a row (~250 s)
-#   ml    item 272: wip/split-merge-tree.patch through wip_check.sh (tests, racecheck, A/B on the
-#         timeline sweep), then its timeline (wip/diag-timeline-tree.patch on top) (~400 s)
-#   mt    item 272: the timelines of main and of wip/split-merge-tree.patch in one call (~120 s)
+#         and with the stamps; timeline.csv: a line a row (~60 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -52,9 +50,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|ml|mt|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/split-merge-tree.patch wip/diag-timeline-tree.patch")  # each "LOWER UPPER ...": a patch applied on the ones before it
+STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -283,45 +281,8 @@ case $step in
     python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/plain_again.csv" | tail -1 >> "$L/tl/compare.txt"
     tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
     ;;
-  ml)
-    # Item 272: wip/split-merge-tree.patch (the block merge's lanes combined in a tree; 1024 threads
-    # from 128 chunks; the row teams' 5-8 chunks in one batch): its GPU tests,
-    # racecheck of the merge tests and the A/B against main (wip_check.sh, ABBA), then the timeline
-    # with it (wip/diag-timeline-tree.patch on top) beside item 271's.
-    S=bench/sweeps/ab/decode_timeline_hd128.csv
-    rc=0
-    WIP_RACECHECK="GpuDecode.SplitMergeEveryKernel" LOG_DIR=$L/W scripts/wip_check.sh "wip/split-merge-tree.patch@$S" || rc=1
-    grep -h "PASSED\|FAILED" $L/W/split-merge-tree/tests*.log | head; save
-    git apply wip/split-merge-tree.patch && git apply wip/diag-timeline-tree.patch || exit 1
-    trap 'git apply -R wip/diag-timeline-tree.patch; git apply -R wip/split-merge-tree.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    mkdir -p $L/tl
-    GQATTN_DIAG_TIMELINE=$L/tl/timeline_tree.csv build-gpu/gqattn-bench --device cuda --sweep "$S" --iters 20 \
-      --csv "$L/tl/tree_tl.csv" > "$L/tl/tree_tl.log" 2>&1 || rc=1
-    cut -d, -f1-4,6,15-23 "$L/tl/timeline_tree.csv"
-    exit $rc
-    ;;
-  mt)
-    # Item 272: the timelines of main and of wip/split-merge-tree.patch in one call (each with its
-    # diag-timeline patch; the stamps' own cost is the same on both sides), the sweep twice a side,
-    # ABAB.
-    S=bench/sweeps/ab/decode_timeline_hd128.csv
-    mkdir -p $L/tl
-    trap 'git apply -R wip/diag-timeline-tree.patch 2>/dev/null; git apply -R wip/split-merge-tree.patch 2>/dev/null; git apply -R wip/diag-timeline.patch 2>/dev/null; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
-    git apply wip/diag-timeline.patch || exit 1
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 GQATTN_BUILD_DIR=build-main-tl LOG_DIR=$L/main scripts/gpu_check.sh build || exit 1
-    git apply -R wip/diag-timeline.patch && git apply wip/split-merge-tree.patch && git apply wip/diag-timeline-tree.patch || exit 1
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 GQATTN_BUILD_DIR=build-tree-tl LOG_DIR=$L/tree scripts/gpu_check.sh build || exit 1
-    for r in 1 2; do
-      for side in main tree; do
-        GQATTN_DIAG_TIMELINE=$L/tl/timeline_${side}_$r.csv build-$side-tl/gqattn-bench --device cuda --sweep "$S" \
-          --iters 20 --csv "$L/tl/${side}_$r.csv" > "$L/tl/${side}_$r.log" 2>&1 || echo "$side $r failed"
-      done
-    done
-    rm -f $L/main/build.log $L/tree/build.log
-    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, ml, mt, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, check)"
     exit 2
     ;;
 esac

@@ -31,6 +31,11 @@ __device__ __forceinline__ T* typed(void* p) {
 constexpr int kSplitMergeThreads = 128;
 constexpr int kSplitMergeWideThreads = 256;
 constexpr int kSplitMergeWideFrom = 32;  // chunks of one request
+// From this many chunks a request, 1024 threads (32 lanes at head_dim 128, half the batch below):
+// one round trip for up to 128 chunks (perf-notes item 272: a row of 256 chunks 4.5 us after the
+// wait at 256 threads, 3.2 at 1024).
+constexpr int kSplitMergeWidestThreads = 1024;
+constexpr int kSplitMergeWidestFrom = 128;
 // Chunks whose loads a thread of the block kernels issues together (merge_chunks): with 8 chunk
 // lanes at head_dim 128, a wide block keeps 64 chunks' loads outstanding, so a row of a few
 // hundred chunks takes a few L2 round trips.
@@ -38,12 +43,16 @@ constexpr int kSplitMergeUnroll = 8;
 // Plans of at most this many chunks a request take split_merge_rows_kernel: a team of head_dim / 4
 // threads a row loads every chunk at once (perf-notes item 147).
 constexpr int kSplitMergeRowsMaxChunks = 8;
-constexpr int kSplitMergeRowsBatch = 4;  // chunks whose loads a thread issues together
+// Chunks whose loads a thread issues together: a row of <= 4 chunks in the small batch, at 16 blocks
+// an SM (<= 64 registers), one of 5-8 in the large one, at 8 (it spilled at 64 registers); each
+// row's chunks are then one round trip (perf-notes item 272: two batches of 4 took ~0.2 us more).
+constexpr int kSplitMergeRowsSmallBatch = 4;
+constexpr int kSplitMergeRowsBatch = kSplitMergeRowsMaxChunks;
 // Small blocks (two rows at head_dim 128) spread a plan of a few hundred rows over most SMs; 16
 // resident an SM (<= 64 registers a thread) hold 32 rows an SM, so 4,096 rows fit one wave of the
 // H200's 132 SMs. (256-thread blocks, 8 rows, lost 2-4% on plans of 32-256 rows: item 147.)
 constexpr int kSplitMergeRowsThreads = 64;
-constexpr int kSplitMergeRowsBlocksPerSm = 16;
+constexpr int kSplitMergeRowsBlocksPerSm = 16;  // at the small batch; half of it at the large
 
 // Folds lane state (m2, d2, acc2) into (m, d, acc): both normalised to the larger max.
 __device__ __forceinline__ void combine_partial(prims::MergeState& st, float4& acc, const prims::MergeState& other,
@@ -187,8 +196,8 @@ __device__ __forceinline__ void unsplit_wait() {
 // t % (head_dim / 4) of chunks t / (head_dim / 4), t / (head_dim / 4) + lanes, ..., merging them
 // online (its own max, sum and weighted sum: each chunk's LSE and O row load together, no pass
 // over the LSEs first, merge_chunks), so a block has lanes x kSplitMergeUnroll chunk loads in flight; the
-// lanes' states are then combined through shared memory. kThreads: kSplitMergeThreads or, for
-// plans of many chunks a row, kSplitMergeWideThreads. (ncu on the H200, session 1: one warp
+// lanes' states are then combined through shared memory, in a tree. kThreads: kSplitMergeThreads
+// or, for plans of many chunks a row, a wide width (launch_split_merge). (ncu on the H200, session 1: one warp
 // per row spent 30 us merging 32 chunks; session 9: a two-pass merge with 4 lanes cost ~45 ns a
 // chunk a row, MQA batch 1 x 32K in 128-key chunks 0.80x of 256-key ones.)
 template <typename T, int kThreads>
@@ -215,22 +224,35 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   const int cl = threadIdx.x / col_groups;
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (cl < lanes) merge_chunks<kSplitMergeUnroll>(p, r, cg, cl, lanes, st, acc);
+  // At 1024 threads (<= 64 registers) a batch of 8 spilled: 4 there.
+  constexpr int kBatch = kThreads < kSplitMergeWidestThreads ? kSplitMergeUnroll : kSplitMergeUnroll / 2;
+  if (cl < lanes) merge_chunks<kBatch>(p, r, cg, cl, lanes, st, acc);
   __shared__ float4 lane_acc[kThreads];
   __shared__ float lane_m[kThreads], lane_d[kThreads];
   lane_acc[threadIdx.x] = acc;
   lane_m[threadIdx.x] = st.m;
   lane_d[threadIdx.x] = st.d;
-  __syncthreads();
-  if (cl != 0) return;
-  for (int l = 1; l < lanes; ++l) {
-    const int t = l * col_groups + cg;
-    prims::MergeState other;
-    other.m = lane_m[t];
-    other.d = lane_d[t];
-    combine_partial(st, acc, other, lane_acc[t]);
+  // The lanes' states meet in a tree: lane l takes lane l + stride's, stride halving, so a row of
+  // L lanes waits for log2(L) folds, not L - 1 (one warp folding them in turn took 0.4-0.6 us at
+  // 4-8 lanes, 1.3 us at 32: perf-notes item 272).
+  int stride = 1;
+  while (stride * 2 < lanes) stride *= 2;
+  for (; stride >= 1; stride >>= 1) {
+    __syncthreads();
+    if (cl < stride && cl + stride < lanes) {
+      const int t = (cl + stride) * col_groups + cg;
+      prims::MergeState other;
+      other.m = lane_m[t];
+      other.d = lane_d[t];
+      combine_partial(st, acc, other, lane_acc[t]);
+      if (stride > 1) {
+        lane_acc[threadIdx.x] = acc;
+        lane_m[threadIdx.x] = st.m;
+        lane_d[threadIdx.x] = st.d;
+      }
+    }
   }
-  store_merged_row<T>(p, token, head, cg, st, acc);
+  if (cl == 0) store_merged_row<T>(p, token, head, cg, st, acc);
 }
 
 // Rows of few chunks (plans of <= kSplitMergeRowsMaxChunks a request): a team of head_dim / 4
@@ -238,8 +260,9 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
 // float4 column group of up to kSplitMergeRowsMaxChunks chunks (and their LSEs) before merging
 // any, so a row takes one L2 round trip, and no lane states meet in shared memory. The block-per-
 // row kernel above spent 128 threads and two waves of blocks on 4,096 rows of 4 chunks.
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_merge_rows_kernel(const SplitMergeParams p) {
+template <typename T, int kThreads, int kBatch>
+__global__ void __launch_bounds__(kThreads, kBatch == kSplitMergeRowsSmallBatch ? kSplitMergeRowsBlocksPerSm : kSplitMergeRowsBlocksPerSm / 2)
+    split_merge_rows_kernel(const SplitMergeParams p) {
   const int team = p.head_dim / 4;
   // Threads past the block's whole teams (head_dim 80, 96, 112) take no row.
   if (static_cast<int>(threadIdx.x) >= kThreads / team * team) return;
@@ -258,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, kSplitMergeRowsBlocksPerSm) split_me
   const int cg = threadIdx.x % team;
   prims::MergeState st;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  merge_chunks<kSplitMergeRowsBatch>(p, r, cg, 0, 1, st, acc);
+  merge_chunks<kBatch>(p, r, cg, 0, 1, st, acc);
   store_merged_row<T>(p, token, head, cg, st, acc);
 }
 
@@ -339,10 +362,17 @@ void launch_split_merge_rows(DType dtype, const SplitMergeParams& params, int64_
   constexpr int kThreads = kSplitMergeRowsThreads;
   const int64_t rows_per_block = kThreads / (params.head_dim / 4);
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  const bool small = params.max_splits <= kSplitMergeRowsSmallBatch;
   if (dtype == DType::kBF16) {
-    launch_programmatic(params.programmatic != 0, split_merge_rows_kernel<__nv_bfloat16, kThreads>, grid, dim3(kThreads), s, params);
+    launch_programmatic(params.programmatic != 0,
+                        small ? split_merge_rows_kernel<__nv_bfloat16, kThreads, kSplitMergeRowsSmallBatch>
+                              : split_merge_rows_kernel<__nv_bfloat16, kThreads, kSplitMergeRowsBatch>,
+                        grid, dim3(kThreads), s, params);
   } else {
-    launch_programmatic(params.programmatic != 0, split_merge_rows_kernel<__half, kThreads>, grid, dim3(kThreads), s, params);
+    launch_programmatic(params.programmatic != 0,
+                        small ? split_merge_rows_kernel<__half, kThreads, kSplitMergeRowsSmallBatch>
+                              : split_merge_rows_kernel<__half, kThreads, kSplitMergeRowsBatch>,
+                        grid, dim3(kThreads), s, params);
   }
 }
 
@@ -357,7 +387,7 @@ bool split_merge_waits_for_attention() {
   if (known.load(std::memory_order_acquire) & bit) return (waits.load(std::memory_order_relaxed) & bit) != 0;
   // Every merge kernel of this file comes from the same image of its module: one stands for all.
   cudaFuncAttributes attr{};
-  GQ_CUDA_CHECK(cudaFuncGetAttributes(&attr, split_merge_rows_kernel<__nv_bfloat16, kSplitMergeRowsThreads>));
+  GQ_CUDA_CHECK(cudaFuncGetAttributes(&attr, split_merge_rows_kernel<__nv_bfloat16, kSplitMergeRowsThreads, kSplitMergeRowsSmallBatch>));
   if (attr.ptxVersion >= 90) waits.fetch_or(bit, std::memory_order_relaxed);
   known.fetch_or(bit, std::memory_order_acq_rel);
   return attr.ptxVersion >= 90;
@@ -375,6 +405,8 @@ void launch_split_merge(DType dtype, const SplitMergeParams& params, void* strea
   if (params.max_splits <= kSplitMergeRowsMaxChunks && params.head_dim / 4 <= kSplitMergeRowsThreads &&
       !split_merge_rows_disabled()) {
     launch_split_merge_rows(dtype, params, rows, s);
+  } else if (params.max_splits >= kSplitMergeWidestFrom) {
+    launch_split_merge_width<kSplitMergeWidestThreads>(dtype, params, grid, s);
   } else if (params.max_splits >= kSplitMergeWideFrom) {
     launch_split_merge_width<kSplitMergeWideThreads>(dtype, params, grid, s);
   } else {

@@ -317,37 +317,44 @@ TEST(GpuDecode, FixedSplitSize) {
   }
 }
 
-// The split merge's three kernels (perf-notes item 147): teams of threads a row for plans of <= 8
-// chunks a request, 128-thread blocks a row below 32 chunks, 256-thread blocks from 32. Requests
-// of 0 and 1 keys beside split ones, one and four query tokens, G 32 and 4, the chunk count capped
-// on each side of the kernels' bounds. At hd128, and at the head dims built whose teams of
-// head_dim / 4 threads do not divide the blocks (80, 96, 112: the blocks' last threads idle).
+// The split merge's kernels (perf-notes items 147, 272): teams of threads a row for plans of <= 8
+// chunks a request (in one load batch or two), blocks of 128, 256 and 1024 threads a row above, by
+// the chunks. Requests of 0 and 1 keys beside split ones, one and four query tokens, G 32 and 4,
+// the chunk count capped on each side of the kernels' bounds. At hd128, and at the head dims built
+// whose teams of head_dim / 4 threads do not divide the blocks (80, 96, 112: the blocks' last
+// threads idle).
 TEST(GpuDecode, SplitMergeEveryKernel) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
   uint64_t seed = 4700;
-  const std::vector<std::vector<int32_t>> batches = {{0, 1, 3000, 300, 7000, 17}, {9000}};
+  const std::vector<std::vector<int32_t>> batches = {{0, 1, 3000, 300, 7000, 17}, {33000}};
   for (int head_dim : info.head_dims) {
     if (head_dim != 128 && 128 % (head_dim / 4) == 0) continue;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
-    int seen_rows = 0, seen_narrow = 0, seen_wide = 0;
+    // The merge kernel and width by the plan's most chunks a request (launch_split_merge).
+    int seen_small = 0, seen_large = 0, seen_narrow = 0, seen_wide = 0, seen_widest = 0;
     for (const Heads& h : {Heads{32, 1}, Heads{32, 8}}) {
       for (int qo_len : {1, 4}) {
         for (std::vector<int32_t> kv_len : batches) {
           for (int32_t& len : kv_len) len = len == 0 ? 0 : std::max(len, qo_len);  // causal: >= the new tokens
-          for (int cap : {0, 3, 9}) {
+          for (int cap : {0, 3, 6, 9, 24, 64}) {
             Plan plan;
             check_decode(DType::kBF16, h, head_dim, 16, qo_len, KVLayout::kHND, kv_len, seed++, cap, nullptr, &plan);
-            if (plan.max_splits > 1 && plan.max_splits <= 8) ++seen_rows;
-            if (plan.max_splits > 8 && plan.max_splits < 32) ++seen_narrow;
-            if (plan.max_splits >= 32) ++seen_wide;
+            const int c = plan.max_splits;
+            seen_small += c > 1 && c <= 4;
+            seen_large += c > 4 && c <= 8;
+            seen_narrow += c > 8 && c < 32;
+            seen_wide += c >= 32 && c < 128;
+            seen_widest += c >= 128;
           }
         }
       }
     }
-    EXPECT_GT(seen_rows, 0) << "plans of 2..8 chunks a request";
+    EXPECT_GT(seen_small, 0) << "plans of 2..4 chunks a request";
+    EXPECT_GT(seen_large, 0) << "plans of 5..8 chunks a request";
     EXPECT_GT(seen_narrow, 0) << "plans of 9..31 chunks a request";
-    EXPECT_GT(seen_wide, 0) << "plans of >= 32 chunks a request";
+    EXPECT_GT(seen_wide, 0) << "plans of 32..127 chunks a request";
+    EXPECT_GT(seen_widest, 0) << "plans of >= 128 chunks a request";
   }
 }
 
