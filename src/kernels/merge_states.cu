@@ -32,8 +32,11 @@ constexpr int kSplitMergeThreads = 128;
 constexpr int kSplitMergeWideThreads = 256;
 constexpr int kSplitMergeWideFrom = 32;  // chunks of one request
 // From this many chunks a request, 1024 threads (32 lanes at head_dim 128, half the batch below):
-// one round trip for up to 128 chunks (perf-notes item 272: a row of 256 chunks 4.5 us after the
-// wait at 256 threads, 3.2 at 1024).
+// one round trip for up to 128 chunks (perf-notes item 272: a row of 256 chunks 5.4 us after the
+// wait at 256 threads, 4.4 at 1024). Only after the families whose merge is a programmatic launch:
+// after the wgmma kernel, whose CTA takes a whole register file, the 1024-thread blocks found
+// room on its idle SMs for 8 of 32 rows only and the rest started as its CTAs left (32 / 1 heads
+// x 32K keys x 4 tokens: +0.3 us).
 constexpr int kSplitMergeWidestThreads = 1024;
 constexpr int kSplitMergeWidestFrom = 128;
 // Chunks whose loads a thread of the block kernels issues together (merge_chunks): with 8 chunk
@@ -405,7 +408,7 @@ void launch_split_merge(DType dtype, const SplitMergeParams& params, void* strea
   if (params.max_splits <= kSplitMergeRowsMaxChunks && params.head_dim / 4 <= kSplitMergeRowsThreads &&
       !split_merge_rows_disabled()) {
     launch_split_merge_rows(dtype, params, rows, s);
-  } else if (params.max_splits >= kSplitMergeWidestFrom) {
+  } else if (params.max_splits >= kSplitMergeWidestFrom && params.programmatic != 0) {
     launch_split_merge_width<kSplitMergeWidestThreads>(dtype, params, grid, s);
   } else if (params.max_splits >= kSplitMergeWideFrom) {
     launch_split_merge_width<kSplitMergeWideThreads>(dtype, params, grid, s);
