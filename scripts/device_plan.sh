@@ -43,6 +43,10 @@
 #   tl    item 271: wip/diag-timeline.patch applied (per-CTA %globaltimer stamps of the attention
 #         kernel and the split merge), the decode rows under 60 us and eight larger ones without
 #         and with the stamps; timeline.csv: a line a row (~60 s)
+#   g1    the 33 hd128 decode rows of >= 1 GB of K/V (issue 3's 4.2 TB/s target,
+#         bench/sweeps/ab/decode_1gb_hd128.csv): split_probe.sh with fixed chunks of 1K / 2K / 4K keys
+#         against the planner's plan, then tl's stamps on the same rows: do finer chunks shorten the
+#         tails of one-wave plans (a build of hd128 bf16, ~200 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -50,7 +54,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -281,8 +285,24 @@ case $step in
     python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/plain_again.csv" | tail -1 >> "$L/tl/compare.txt"
     tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
     ;;
+  g1)
+    # Do the >= 1 GB rows' tails shrink with finer chunks? The planner keeps one-wave plans whole
+    # (32/8 8 x 32K: 256 CTAs of 8K keys on 264 slots, its last CTA 16 us after the median on an
+    # H100, item 271); split_probe times fixed chunks against its choice, tl's stamps show the
+    # CTAs' spread.
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    S=bench/sweeps/ab/decode_1gb_hd128.csv
+    SPLIT_PROBE_CAPS="" SPLIT_PROBE_CHUNKS="1024 2048 4096" LOG_DIR=$L/sp timeout 300 \
+      scripts/split_probe.sh build-gpu/gqattn-bench "$S"; save
+    git apply wip/diag-timeline.patch || exit 1
+    trap 'git apply -R wip/diag-timeline.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    mkdir -p "$L/tl"; GQATTN_DIAG_TIMELINE=$L/tl/timeline.csv timeout 120 build-gpu/gqattn-bench --device cuda --sweep "$S" \
+      --iters 20 --csv "$L/tl/tl.csv" > "$L/tl/tl.log" 2>&1
+    cat "$L/tl/timeline.csv"
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, g1, check)"
     exit 2
     ;;
 esac
