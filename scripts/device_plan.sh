@@ -47,6 +47,10 @@
 #         bench/sweeps/ab/decode_1gb_hd128.csv): split_probe.sh with fixed chunks of 1K / 2K / 4K keys
 #         against the planner's plan, then tl's stamps on the same rows: do finer chunks shorten the
 #         tails of one-wave plans (a build of hd128 bf16, ~200 s)
+#   mp    wip/merge-prefetch.patch (the split merge asks the L2 for its first partial rows before its
+#         wait): GpuDecode.* and GpuMergeStates.* at hd128, then the timeline sweep with the stamps
+#         (wip/diag-timeline-prefetch.patch on top), GQATTN_DISABLE_MERGE_PREFETCH=1 against the
+#         default in one binary, ABAB (~150 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -54,9 +58,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|mp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
+STACKS=("wip/merge-prefetch.patch wip/diag-timeline-prefetch.patch")  # each a string "LOWER UPPER ...": a patch applied on the ones before it
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -301,8 +305,27 @@ case $step in
       --iters 20 --csv "$L/tl/tl.csv" > "$L/tl/tl.log" 2>&1
     cat "$L/tl/timeline.csv"
     ;;
+  mp)
+    # Does the merge's first load after its wait pay for a cold address (item 273)? The change
+    # prefetches its first chunks' lines into the L2 before the wait; the stamps time wait -> merged.
+    trap 'git apply -R wip/diag-timeline-prefetch.patch 2>/dev/null; git apply -R wip/merge-prefetch.patch 2>/dev/null; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    git apply wip/merge-prefetch.patch || exit 1
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    (cd build-gpu && timeout 240 ctest -R "GpuDecode\.|GpuMergeStates\." --output-on-failure 2>&1 | tail -15); save
+    git apply wip/diag-timeline-prefetch.patch || exit 1
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/tl scripts/gpu_check.sh build || exit 1
+    S=bench/sweeps/ab/decode_timeline_hd128.csv
+    mkdir -p "$L/ab"
+    scripts/ab_sweep.sh build-gpu "$S" "$L/ab" "pf:GQATTN_DIAG_TIMELINE=$L/ab/tl_pf.csv" \
+      "nopf:GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DIAG_TIMELINE=$L/ab/tl_nopf.csv" \
+      "nopf2:GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DIAG_TIMELINE=$L/ab/tl_nopf2.csv"
+    python3 bench/compare.py "$L/ab/nopf.csv" "$L/ab/pf.csv" | tail -1
+    python3 bench/compare.py "$L/ab/nopf2.csv" "$L/ab/pf_again.csv" | tail -1
+    python3 bench/compare.py "$L/ab/nopf.csv" "$L/ab/nopf2.csv" | tail -1
+    rm -f $L/tl/build.log
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, g1, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, g1, mp, check)"
     exit 2
     ;;
 esac
