@@ -47,11 +47,12 @@
 #         bench/sweeps/ab/decode_1gb_hd128.csv): split_probe.sh with fixed chunks of 1K / 2K / 4K keys
 #         against the planner's plan, then tl's stamps on the same rows: do finer chunks shorten the
 #         tails of one-wave plans (a build of hd128 bf16, ~200 s)
-#   mp    wip/decode-epilogue-merge-prefetch.patch (the split merge asks the L2 for its first partial
-#         rows before its wait; the portable kernel's epilogue parks only the request's rows):
+#   mp    wip/decode-start-end-prefetch.patch (the decode families' CTAs ask the L2 for the page
+#         table's lines beside their first item; the split merge asks it for its first partial rows
+#         before its wait; the portable kernel's epilogue parks only the request's rows):
 #         GpuDecode.* and GpuMergeStates.* at hd128, then the timeline sweep with the stamps
-#         (wip/diag-timeline-epf.patch on top), both on / both off / each off alone in one binary
-#         (GQATTN_DISABLE_MERGE_PREFETCH, GQATTN_DISABLE_EPILOGUE_ROW_SKIP) (~200 s)
+#         (wip/diag-timeline-epf.patch on top), all on / all off / each off alone in one binary
+#         (GQATTN_DISABLE_PAGE_TABLE_PREFETCH, _MERGE_PREFETCH, _EPILOGUE_ROW_SKIP) (~200 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -61,7 +62,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|mp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/decode-epilogue-merge-prefetch.patch wip/diag-timeline-epf.patch")  # each a string "LOWER UPPER ...": a patch applied on the ones before it
+STACKS=("wip/decode-start-end-prefetch.patch wip/diag-timeline-epf.patch")  # each a string "LOWER UPPER ...": a patch applied on the ones before it
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -307,10 +308,10 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   mp)
-    # Item 274: do the merge's first loads after its wait pay for cold addresses, and does the
-    # epilogue pay for parking rows no request has? The stamps time wait -> merged and tiles done ->
-    # CTA end; the event times give the A/B.
-    P=wip/decode-epilogue-merge-prefetch.patch D=wip/diag-timeline-epf.patch
+    # Item 274: do a CTA's first page ids and the merge's first loads after its wait pay for cold
+    # addresses, and does the epilogue pay for parking rows no request has? The stamps time the
+    # first copies, wait -> merged and tiles done -> CTA end; the event times give the A/B.
+    P=wip/decode-start-end-prefetch.patch D=wip/diag-timeline-epf.patch
     trap 'git apply -R $D 2>/dev/null; git apply -R $P 2>/dev/null; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
     git apply $P || exit 1
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
@@ -319,13 +320,14 @@ case $step in
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/tl scripts/gpu_check.sh build || exit 1
     S=bench/sweeps/ab/decode_timeline_hd128.csv A=$L/ab
     mkdir -p "$A"
-    OFF=GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DISABLE_EPILOGUE_ROW_SKIP=1
+    OFF=GQATTN_DISABLE_PAGE_TABLE_PREFETCH=1,GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DISABLE_EPILOGUE_ROW_SKIP=1
     scripts/ab_sweep.sh build-gpu "$S" "$A" "on:GQATTN_DIAG_TIMELINE=$A/tl_on.csv" \
       "off:$OFF,GQATTN_DIAG_TIMELINE=$A/tl_off.csv" \
+      "nopt:GQATTN_DISABLE_PAGE_TABLE_PREFETCH=1,GQATTN_DIAG_TIMELINE=$A/tl_nopt.csv" \
       "nopf:GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DIAG_TIMELINE=$A/tl_nopf.csv" \
       "noskip:GQATTN_DISABLE_EPILOGUE_ROW_SKIP=1,GQATTN_DIAG_TIMELINE=$A/tl_noskip.csv" \
       "off2:$OFF,GQATTN_DIAG_TIMELINE=$A/tl_off2.csv"
-    for pair in "off on" "off2 on_again" "off off2" "nopf on" "noskip on"; do
+    for pair in "off on" "off2 on_again" "off off2" "nopt on" "nopf on" "noskip on"; do
       set -- $pair; echo "$1 -> $2: $(python3 bench/compare.py "$A/$1.csv" "$A/$2.csv" | tail -1)"
     done
     rm -f $L/tl/build.log
