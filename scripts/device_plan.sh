@@ -27,7 +27,8 @@
 # gmc ran in session 49: item 251, the clustered patches gck and gqc would have measured deleted;
 # d32 ran in session 51: item 258, its patch rejected; dl128 (twice) and dpf ran in session 52:
 # items 262 and 264, their patches rejected; cm ran in session 53: item 267, its patch rejected;
-# ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected.)
+# ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected;
+# mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -47,12 +48,6 @@
 #         bench/sweeps/ab/decode_1gb_hd128.csv): split_probe.sh with fixed chunks of 1K / 2K / 4K keys
 #         against the planner's plan, then tl's stamps on the same rows: do finer chunks shorten the
 #         tails of one-wave plans (a build of hd128 bf16, ~200 s)
-#   mp    wip/decode-start-end-prefetch.patch (the decode families' CTAs ask the L2 for the page
-#         table's lines beside their first item; the split merge asks it for its first partial rows
-#         before its wait; the portable kernel's epilogue parks only the request's rows):
-#         GpuDecode.* and GpuMergeStates.* at hd128, then the timeline sweep with the stamps
-#         (wip/diag-timeline-epf.patch on top), all on / all off / each off alone in one binary
-#         (GQATTN_DISABLE_PAGE_TABLE_PREFETCH, _MERGE_PREFETCH, _EPILOGUE_ROW_SKIP) (~200 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -60,9 +55,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|mp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
-STACKS=("wip/decode-start-end-prefetch.patch wip/diag-timeline-epf.patch")  # each a string "LOWER UPPER ...": a patch applied on the ones before it
+STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
@@ -307,33 +302,8 @@ case $step in
       --iters 20 --csv "$L/tl/tl.csv" > "$L/tl/tl.log" 2>&1
     cat "$L/tl/timeline.csv"
     ;;
-  mp)
-    # Item 274: do a CTA's first page ids and the merge's first loads after its wait pay for cold
-    # addresses, and does the epilogue pay for parking rows no request has? The stamps time the
-    # first copies, wait -> merged and tiles done -> CTA end; the event times give the A/B.
-    P=wip/decode-start-end-prefetch.patch D=wip/diag-timeline-epf.patch
-    trap 'git apply -R $D 2>/dev/null; git apply -R $P 2>/dev/null; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
-    git apply $P || exit 1
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    (cd build-gpu && timeout 240 ctest -R "GpuDecode\.|GpuMergeStates\." --output-on-failure 2>&1 | tail -15); save
-    git apply $D || exit 1
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L/tl scripts/gpu_check.sh build || exit 1
-    S=bench/sweeps/ab/decode_timeline_hd128.csv A=$L/ab
-    mkdir -p "$A"
-    OFF=GQATTN_DISABLE_PAGE_TABLE_PREFETCH=1,GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DISABLE_EPILOGUE_ROW_SKIP=1
-    scripts/ab_sweep.sh build-gpu "$S" "$A" "on:GQATTN_DIAG_TIMELINE=$A/tl_on.csv" \
-      "off:$OFF,GQATTN_DIAG_TIMELINE=$A/tl_off.csv" \
-      "nopt:GQATTN_DISABLE_PAGE_TABLE_PREFETCH=1,GQATTN_DIAG_TIMELINE=$A/tl_nopt.csv" \
-      "nopf:GQATTN_DISABLE_MERGE_PREFETCH=1,GQATTN_DIAG_TIMELINE=$A/tl_nopf.csv" \
-      "noskip:GQATTN_DISABLE_EPILOGUE_ROW_SKIP=1,GQATTN_DIAG_TIMELINE=$A/tl_noskip.csv" \
-      "off2:$OFF,GQATTN_DIAG_TIMELINE=$A/tl_off2.csv"
-    for pair in "off on" "off2 on_again" "off off2" "nopt on" "nopf on" "noskip on"; do
-      set -- $pair; echo "$1 -> $2: $(python3 bench/compare.py "$A/$1.csv" "$A/$2.csv" | tail -1)"
-    done
-    rm -f $L/tl/build.log
-    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, g1, mp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, g1, check)"
     exit 2
     ;;
 esac
