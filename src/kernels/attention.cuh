@@ -342,8 +342,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
       }
     }
 
-    // Epilogue: every warp parks its unnormalised rows and (m, d) in shared memory; then all
-    // threads merge the kWarpsKV states of each row and write 16-byte vectors.
+    // Epilogue: every warp parks its unnormalised rows of the request and their (m, d) in shared
+    // memory; then all threads merge the kWarpsKV states of each row and write 16-byte vectors.
     prims::cp_async_wait<0>();
     __syncthreads();
     float* s_o = s_epi + wk * kCtaRows * kEpiStride;
