@@ -46,8 +46,10 @@
 #         and with the stamps; timeline.csv: a line a row (~60 s)
 #   g1    the 33 hd128 decode rows of >= 1 GB of K/V (issue 3's 4.2 TB/s target,
 #         bench/sweeps/ab/decode_1gb_hd128.csv): split_probe.sh with fixed chunks of 1K / 2K / 4K keys
-#         against the planner's plan, then tl's stamps on the same rows: do finer chunks shorten the
-#         tails of one-wave plans (a build of hd128 bf16, ~200 s)
+#         against the planner's plan (rows whose split does not fit the workspace left out), then
+#         tl's stamps on the same rows: do finer chunks shorten the tails of one-wave plans (a build
+#         of hd128 bf16, ~200 s; in session 55 split_probe stopped at the 1K run's three misfits, so
+#         2K and 4K did not run)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a

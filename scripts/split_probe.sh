@@ -20,8 +20,13 @@ for n in ${SPLIT_PROBE_CAPS-1 2 4}; do runs+=("cap$n"); done
 for n in $CHUNKS; do runs+=("chunk$n"); done
 for run in "${runs[@]}"; do
   if [[ $run == cap* ]]; then flag=(--max-splits "${run#cap}"); else flag=(--kv-chunk "${run#chunk}"); fi
+  rm -f "$LOG_DIR/$run.csv"
   "$BENCH" --device cuda --sweep "$SWEEP" --iters 20 "${flag[@]}" --csv "$LOG_DIR/$run.csv" \
-    > "$LOG_DIR/$run.log" 2>&1 || { echo "split_probe: $run failed (see $LOG_DIR/$run.log)"; exit 1; }
+    > "$LOG_DIR/$run.log" 2>&1 && continue
+  # A fixed chunk may not fit a large row's plan (its partial rows past the workspace): those cases
+  # fail, the rest are in the CSV and compared. No CSV: the run itself failed.
+  [[ -s $LOG_DIR/$run.csv ]] || { echo "split_probe: $run failed (see $LOG_DIR/$run.log)"; exit 1; }
+  echo "split_probe: $run: $(grep -c 'error:' "$LOG_DIR/$run.log") case(s) failed, left out (see $LOG_DIR/$run.log)"
 done
 # Rows whose capped plan is the planner's own (the same chunk and items) measure only the noise
 # between two processes: session 19 read 0.98-1.07x on such rows as wins (perf-notes item 108).
