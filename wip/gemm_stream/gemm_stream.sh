@@ -4,7 +4,7 @@
 # Builds with nvcc (sm_90a), times every variant at 128 tokens beside cuBLASLt (gemm_n128.csv),
 # checks every variant at 77 tokens (gemm_n77.csv), and runs compute-sanitizer memcheck on the o
 # shape at 77 tokens. The program's GEMM_STREAM_* settings pass through (gemm_stream.cu: SHAPES,
-# CLUSTERS, PLANES, PACKED); item 247's run: scripts/device_plan.sh gmc.
+# KERNELS (stream, rega), CLUSTERS, PLANES, PACKED); item 247's run: scripts/device_plan.sh gmc.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gemm-stream-out}
@@ -43,6 +43,9 @@ for s, ds in by.items():
         name = ('packed' if pk == '1' else 'row-major') + (f' cluster {cl}' if cl != '1' else '')
         out.append(f"{name} {float(b['us']):6.2f} us {b['weight_GBps']:>5s} GB/s (bn {b['bn']} x {b['splits']}"
                    f"{', planes' if b['planes'] == '1' else ''}, grid {b['grid']})")
+    for kern in sorted({d['kernel'] for d in ds if d['kernel'].startswith('rega')}):
+        b = min((d for d in ds if d['kernel'] == kern), key=lambda d: float(d['us']))
+        out.append(f"{kern} {float(b['us']):6.2f} us {b['weight_GBps']:>5s} GB/s (x {b['splits']}, grid {b['grid']})")
     print(' | '.join(out))
 PY
 grep -E "^#" "$OUT/gemm_n128.csv"
