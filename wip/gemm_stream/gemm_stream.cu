@@ -335,7 +335,7 @@ __device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
   return v;
 }
 
-template <int kDepth, int kStagesX>
+template <int kStagesX>
 struct RegaShape {
   static constexpr int kXBytes = 128 * 64 * 2;
   static constexpr int kSmem = kStagesX * kXBytes + 1024 + 256;
@@ -344,7 +344,7 @@ struct RegaShape {
 template <int kDepth, int kStagesX>
 __global__ void __launch_bounds__(384, 1)
     gemm_rega_kernel(const __grid_constant__ CUtensorMap tmx, const uint4* __restrict__ wpk, const Params p) {
-  using S = RegaShape<kDepth, kStagesX>;
+  using S = RegaShape<kStagesX>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStagesX * S::kXBytes);
@@ -581,7 +581,7 @@ template <int kDepth>
 static void launch_rega_t(const CUtensorMap& mx, const uint4* wr, const Params& p, int grid, cudaStream_t st) {
   static bool init = false;
   auto kernel = gemm_rega_kernel<kDepth, kRegaStagesX>;
-  constexpr int smem = RegaShape<kDepth, kRegaStagesX>::kSmem;
+  constexpr int smem = RegaShape<kRegaStagesX>::kSmem;
   if (!init) {
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     init = true;
@@ -817,9 +817,9 @@ int main(int argc, char** argv) {
         }
       CK(cudaFree(wr));
     }
-    if (kernels.find("stream") == std::string::npos) goto shape_done;
+    const bool run_stream = kernels.find("stream") != std::string::npos;
     for (int bn : {64, 128, 256}) {
-      if (m % bn) continue;
+      if (m % bn || !run_stream) continue;
       const int num_nb = m / bn, kiters = k / 64;
       bf16* wp;
       CK(cudaMalloc(&wp, sizeof(bf16) * m * k));
@@ -858,7 +858,6 @@ int main(int argc, char** argv) {
       }
       CK(cudaFree(wp));
     }
-  shape_done:
     std::fflush(stdout);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
