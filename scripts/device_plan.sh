@@ -28,7 +28,8 @@
 # d32 ran in session 51: item 258, its patch rejected; dl128 (twice) and dpf ran in session 52:
 # items 262 and 264, their patches rejected; cm ran in session 53: item 267, its patch rejected;
 # ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected;
-# mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected.)
+# mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected;
+# lt ran in session 57: item 276, its patch rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -50,11 +51,6 @@
 #         tl's stamps on the same rows: do finer chunks shorten the tails of one-wave plans (a build
 #         of hd128 bf16, ~200 s; in session 55 split_probe stopped at the 1K run's three misfits, so
 #         2K and 4K did not run)
-#   lt    item 276: wip/sm90-long-tile.patch applied (the wgmma prefill kernel in 160-key tiles, all by
-#         TMA, on ragged K/V at hd128): a build of hd128 bf16, the prefill GPU tests with and without
-#         GQATTN_SM90_LONG_TILE_CAUSAL=1, memcheck / racecheck / synccheck of the new test, then
-#         prefill_contiguous_hd128.csv with 128-key tiles, long tiles, long tiles on causal rows
-#         too, and 128-key tiles again; the patch reverted (~400 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -62,7 +58,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|lt|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -227,29 +223,6 @@ case $step in
     ;;
   land)
     LOG_DIR=$L scripts/final_gpu_run.sh land
-    ;;
-  lt)
-    git apply wip/sm90-long-tile.patch || exit 1
-    trap 'git apply -R wip/sm90-long-tile.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    T=build-gpu/tests/gqattn_gpu_tests rc=0
-    for arm in default causal; do
-      env $([[ $arm == causal ]] && echo GQATTN_SM90_LONG_TILE_CAUSAL=1) timeout 240 "$T" \
-        --gtest_filter='GpuPrefill.*:GpuRandomShapes.*:GpuLargePools.PrefillPastFourGiB' > "$L/tests_$arm.log" 2>&1 || rc=1
-      echo "tests ($arm):"; grep -E "^\[  (PASSED|FAILED) " "$L/tests_$arm.log"; save
-    done
-    for tool in memcheck racecheck synccheck; do
-      GQATTN_SM90_LONG_TILE_CAUSAL=1 timeout 150 compute-sanitizer --error-exitcode 1 --tool $tool "$T" \
-        --gtest_filter='GpuPrefill.LongTilesOnRaggedKeys' > "$L/$tool.log" 2>&1 || rc=1
-      echo "$tool: $(tail -1 "$L/$tool.log")"; save
-    done
-    S=bench/sweeps/ab/prefill_contiguous_hd128.csv
-    scripts/ab_sweep.sh build-gpu "$S" "$L/ab" "short:GQATTN_DISABLE_SM90_LONG_TILE=1" "long:" \
-      "causal:GQATTN_SM90_LONG_TILE_CAUSAL=1"
-    for arm in long causal; do  # over the best of the two 128-key runs (their spread: the noise)
-      echo "== $arm over short"; python3 bench/compare.py "$L/ab/short.csv,$L/ab/short_again.csv" "$L/ab/$arm.csv"
-    done | tee "$L/ab/compare.txt"
-    exit $rc
     ;;
   n96)
     # Why decode at hd96 runs at ~0.8x of hd128 (perf-notes items 199, 200: a fourth stage did not
