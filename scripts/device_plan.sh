@@ -39,6 +39,8 @@
 #         cuDNN on them (a build of hd128 bf16, ~60 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
+#   ncp   ncu --set full of cuDNN's hd128 prefill kernel and ours, MHA non-causal 1 x 16K and 16 x 1K,
+#         with per-instruction SASS exports (a build of hd128 bf16, ~250 s)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -58,7 +60,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|flexd|flexp|tl|g1|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|g1|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -275,6 +277,19 @@ case $step in
     GQATTN_HEAD_DIMS=$(col 5) GQATTN_DTYPES=$(col 2) BENCH_FAMILIES=$fam PEERS=flex,sdpa_cudnn LOG_DIR=$L \
       scripts/gpu_check.sh build bench
     ;;
+  ncp)
+    # Issue 5's hd128 gap to cuDNN (item 277): ncu --set full of cuDNN's prefill kernel (enable_gqa,
+    # as the bench runs it) and ours, one launch each, MHA non-causal 1 x 16K and 16 x 1K, with each
+    # SASS instruction's executions and warp-state samples (the *_sass.csv files), to set the two
+    # consumers' tile loops side by side.
+    rows=("32 32 128 1 16384 16384 0" "32 32 128 16 1024 1024 0")
+    specs=(); for r in "${rows[@]}"; do specs+=("cudnn $r"); done
+    NCU_SASS=1 NCU_TIMEOUT=200 LOG_DIR=$L/peer scripts/ncu_peer.sh "${specs[@]}"; save
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    ours=(); for r in "${rows[@]}"; do read -r hq hkv d b qo kv c <<< "$r"; ours+=("prefill,bf16,$hq,$hkv,$d,0,$b,$qo,$kv,$c"); done
+    NCU_SASS=1 NCU_TIMEOUT=200 NCU_KERNEL=attention_sm90_kernel LOG_DIR=$L/ncu scripts/ncu_decode.sh \
+      build-gpu/gqattn-bench "${ours[@]}"
+    ;;
   tl)
     # Item 271: where a decode call's time goes past a plain read of its bytes. wip/diag-timeline.patch
     # stamps every CTA of the attention kernel and the split merge (%globaltimer); the sweep runs
@@ -306,7 +321,7 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, flexd, flexp, tl, g1, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, g1, check)"
     exit 2
     ;;
 esac
