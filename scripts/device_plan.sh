@@ -47,6 +47,9 @@
 #   tl    item 271: wip/diag-timeline.patch applied (per-CTA %globaltimer stamps of the attention
 #         kernel and the split merge), the decode rows under 60 us and eight larger ones without
 #         and with the stamps; timeline.csv: a line a row (~60 s)
+#   tlp   item 280: wip/diag-timeline.patch's stamps of the wgmma prefill kernel's item boundary (WG1's
+#         release of Q, the producer past its wait, WG0 at and past its wait for Q, the first K
+#         tile) on bench/sweeps/ab/prefill_two_q_v2_hd128.csv (a build of hd128 bf16, ~90 s)
 #   g1    the 33 hd128 decode rows of >= 1 GB of K/V (issue 3's 4.2 TB/s target,
 #         bench/sweeps/ab/decode_1gb_hd128.csv): split_probe.sh with fixed chunks of 1K / 2K / 4K keys
 #         against the planner's plan (rows whose split does not fit the workspace left out), then
@@ -60,7 +63,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|g1|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -304,6 +307,21 @@ case $step in
     python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/plain_again.csv" | tail -1 >> "$L/tl/compare.txt"
     tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
     ;;
+  tlp)
+    # Item 280: what the wgmma prefill kernel's consumers wait for between two items (item 277: Q
+    # 3.1 % and the first K tile 1.4 % of the consumers' samples at 16 x 1K). wip/diag-timeline.patch
+    # stamps each CTA's boundary between its items 1 and 2 (prims/diag_timeline.cuh): the timeline
+    # columns s3_s4 .. s3_s5 (us, medians over CTAs and replays). Sweep without the stamps, with
+    # them, without again.
+    git apply wip/diag-timeline.patch || exit 1
+    trap 'git apply -R wip/diag-timeline.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    S=bench/sweeps/ab/prefill_two_q_v2_hd128.csv
+    scripts/ab_sweep.sh build-gpu "$S" "$L/tlp" "plain:" "tl:GQATTN_DIAG_TIMELINE=$L/tlp/timeline.csv"
+    python3 bench/compare.py "$L/tlp/plain.csv" "$L/tlp/tl.csv" > "$L/tlp/compare.txt" 2>&1
+    python3 bench/compare.py "$L/tlp/plain.csv" "$L/tlp/plain_again.csv" | tail -1 >> "$L/tlp/compare.txt"
+    tail -3 "$L/tlp/compare.txt"; cat "$L/tlp/timeline.csv"
+    ;;
   g1)
     # Do the >= 1 GB rows' tails shrink with finer chunks? The planner keeps one-wave plans whole
     # (32/8 8 x 32K: 256 CTAs of 8K keys on 264 slots, its last CTA 16 us after the median on an
@@ -321,7 +339,7 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, g1, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, check)"
     exit 2
     ;;
 esac
