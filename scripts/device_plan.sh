@@ -293,34 +293,26 @@ case $step in
     NCU_SASS=1 NCU_TIMEOUT=200 NCU_KERNEL=attention_sm90_kernel LOG_DIR=$L/ncu scripts/ncu_decode.sh \
       build-gpu/gqattn-bench "${ours[@]}"
     ;;
-  tl)
-    # Item 271: where a decode call's time goes past a plain read of its bytes. wip/diag-timeline.patch
-    # stamps every CTA of the attention kernel and the split merge (%globaltimer); the sweep runs
-    # without the stamps, with them (GQATTN_DIAG_TIMELINE: a line a row in timeline.csv) and
-    # without again, so that compare.py shows what the stamps themselves cost.
+  tl|tlp)
+    # wip/diag-timeline.patch stamps every CTA (%globaltimer); the sweep runs without the stamps,
+    # with them (GQATTN_DIAG_TIMELINE: a line a row in timeline.csv) and without again, so that
+    # compare.py shows what the stamps themselves cost.
+    # tl, item 271: where a decode call's time goes past a plain read of its bytes (the attention
+    # kernel's CTAs and the split merge's).
+    # tlp, item 280: what the wgmma prefill kernel's consumers wait for between two items (item 277:
+    # Q 3.1 % and the first K tile 1.4 % of the consumers' samples at 16 x 1K): each CTA's boundary
+    # between its items 1 and 2, the timeline columns s3_s4 .. s3_s5 (us, medians over CTAs and
+    # replays).
     git apply wip/diag-timeline.patch || exit 1
     trap 'git apply -R wip/diag-timeline.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
     GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     S=bench/sweeps/ab/decode_timeline_hd128.csv
-    scripts/ab_sweep.sh build-gpu "$S" "$L/tl" "plain:" "tl:GQATTN_DIAG_TIMELINE=$L/tl/timeline.csv"
-    python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/tl.csv" > "$L/tl/compare.txt" 2>&1
-    python3 bench/compare.py "$L/tl/plain.csv" "$L/tl/plain_again.csv" | tail -1 >> "$L/tl/compare.txt"
-    tail -3 "$L/tl/compare.txt"; cat "$L/tl/timeline.csv"
-    ;;
-  tlp)
-    # Item 280: what the wgmma prefill kernel's consumers wait for between two items (item 277: Q
-    # 3.1 % and the first K tile 1.4 % of the consumers' samples at 16 x 1K). wip/diag-timeline.patch
-    # stamps each CTA's boundary between its items 1 and 2 (prims/diag_timeline.cuh): the timeline
-    # columns s3_s4 .. s3_s5 (us, medians over CTAs and replays). Sweep without the stamps, with
-    # them, without again.
-    git apply wip/diag-timeline.patch || exit 1
-    trap 'git apply -R wip/diag-timeline.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    S=bench/sweeps/ab/prefill_two_q_v2_hd128.csv
-    scripts/ab_sweep.sh build-gpu "$S" "$L/tlp" "plain:" "tl:GQATTN_DIAG_TIMELINE=$L/tlp/timeline.csv"
-    python3 bench/compare.py "$L/tlp/plain.csv" "$L/tlp/tl.csv" > "$L/tlp/compare.txt" 2>&1
-    python3 bench/compare.py "$L/tlp/plain.csv" "$L/tlp/plain_again.csv" | tail -1 >> "$L/tlp/compare.txt"
-    tail -3 "$L/tlp/compare.txt"; cat "$L/tlp/timeline.csv"
+    [[ $step == tlp ]] && S=bench/sweeps/ab/prefill_two_q_v2_hd128.csv
+    D=$L/$step
+    scripts/ab_sweep.sh build-gpu "$S" "$D" "plain:" "tl:GQATTN_DIAG_TIMELINE=$D/timeline.csv"
+    python3 bench/compare.py "$D/plain.csv" "$D/tl.csv" > "$D/compare.txt" 2>&1
+    python3 bench/compare.py "$D/plain.csv" "$D/plain_again.csv" | tail -1 >> "$D/compare.txt"
+    tail -3 "$D/compare.txt"; cat "$D/timeline.csv"
     ;;
   g1)
     # Do the >= 1 GB rows' tails shrink with finer chunks? The planner keeps one-wave plans whole
