@@ -39,8 +39,8 @@
 #         cuDNN on them (a build of hd128 bf16, ~60 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
-#   ncp   ncu --set full of cuDNN's hd128 prefill kernel and ours, MHA non-causal 1 x 16K and 16 x 1K,
-#         with per-instruction SASS exports (a build of hd128 bf16, ~250 s)
+#   ncp   ncu --set full of cuDNN's hd128 prefill kernel and ours, MHA non-causal 1 x 16K and 16 x 1K
+#         (or NCP_ROWS), with per-instruction SASS exports (a build of one head dim; 45 s warm, item 277)
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -285,10 +285,13 @@ case $step in
     # as the bench runs it) and ours, one launch each, MHA non-causal 1 x 16K and 16 x 1K, with each
     # SASS instruction's executions and warp-state samples (the *_sass.csv files), to set the two
     # consumers' tile loops side by side.
-    rows=("32 32 128 1 16384 16384 0" "32 32 128 16 1024 1024 0")
+    # NCP_ROWS="HQ HKV D BATCH QO KV CAUSAL;...": other rows (one head dim), e.g. hd64 MHA causal 8 x 2K,
+    # the row furthest behind cuDNN in item 278: NCP_ROWS="32 32 64 8 2048 2048 1".
+    IFS=';' read -ra rows <<< "${NCP_ROWS:-32 32 128 1 16384 16384 0;32 32 128 16 1024 1024 0}"
     specs=(); for r in "${rows[@]}"; do specs+=("cudnn $r"); done
     NCU_SASS=1 NCU_TIMEOUT=200 LOG_DIR=$L/peer scripts/ncu_peer.sh "${specs[@]}"; save
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    read -r _ _ hd _ <<< "${rows[0]}"
+    GQATTN_HEAD_DIMS=$hd GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
     ours=(); for r in "${rows[@]}"; do read -r hq hkv d b qo kv c <<< "$r"; ours+=("prefill,bf16,$hq,$hkv,$d,0,$b,$qo,$kv,$c"); done
     NCU_SASS=1 NCU_TIMEOUT=200 NCU_KERNEL=attention_sm90_kernel LOG_DIR=$L/ncu scripts/ncu_decode.sh \
       build-gpu/gqattn-bench "${ours[@]}"
