@@ -201,7 +201,8 @@ case $step in
     specs=(wip/sm90-wide-causal-skip.patch@bench/sweeps/ab/prefill_hd64_wide.csv
            wip/sm90-half-last-tile.patch@bench/sweeps/ab/prefill_half_tile_hd128.csv)
     [[ ${W59:-} == two-q ]] && specs=(wip/sm90-two-q-hd64.patch@bench/sweeps/ab/prefill_hd64.csv)
-    OUT=$OUT LOG_DIR=$L/wip WIP_HEAD_DIMS=64 WIP_SWEEP_DIMS="64;128" scripts/wip_check.sh "${specs[@]}"
+    # OUT= : wip_check.sh leaves its logs to this step's saver (in $L/wip), not a tar of its own.
+    OUT= LOG_DIR=$L/wip WIP_HEAD_DIMS=64 WIP_SWEEP_DIMS="64;128" scripts/wip_check.sh "${specs[@]}"
     ;;
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
@@ -345,7 +346,7 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, w59, check)"
     exit 2
     ;;
 esac
