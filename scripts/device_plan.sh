@@ -56,11 +56,9 @@
 #         tl's stamps on the same rows: do finer chunks shorten the tails of one-wave plans (a build
 #         of hd128 bf16, ~200 s; in session 55 split_probe stopped at the 1K run's three misfits, so
 #         2K and 4K did not run)
-#   w59   session 59's patches, written without a GPU (perf-notes items 282-284): wip_check.sh of
-#         the 192-row kernel's causal skip (item 283, bench/sweeps/ab/prefill_hd64_wide.csv) and the
-#         half-width last tile (item 284, prefill_half_tile_hd128.csv), an hd64 + hd128 build each, their
-#         tests, ABBA (~400 s on an H100); W59="two-q": the two Q buffers at hd64 (item 282,
-#         prefill_hd64.csv) instead (~200 s)
+#   qp    item 285: wip/sm90-q-parts.patch (Q copied in parts of 64 rows, one a consumer): wip_check.sh,
+#         an hd64 + hd128 build, its tests, racecheck of GpuPrefill.ManyItemsPerCta, ABBA on
+#         bench/sweeps/ab/prefill_q_parts.csv (~250 s on an H100)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -68,7 +66,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|w59|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|qp|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -197,12 +195,10 @@ patch_ab() {
 }
 
 case $step in
-  w59)
-    specs=(wip/sm90-wide-causal-skip.patch@bench/sweeps/ab/prefill_hd64_wide.csv
-           wip/sm90-half-last-tile.patch@bench/sweeps/ab/prefill_half_tile_hd128.csv)
-    [[ ${W59:-} == two-q ]] && specs=(wip/sm90-two-q-hd64.patch@bench/sweeps/ab/prefill_hd64.csv)
+  qp)
     # OUT= : wip_check.sh leaves its logs to this step's saver (in $L/wip), not a tar of its own.
-    OUT= LOG_DIR=$L/wip WIP_HEAD_DIMS=64 WIP_SWEEP_DIMS="64;128" scripts/wip_check.sh "${specs[@]}"
+    OUT= LOG_DIR=$L/wip WIP_HEAD_DIMS=64 WIP_SWEEP_DIMS="64;128" scripts/wip_check.sh \
+      wip/sm90-q-parts.patch@bench/sweeps/ab/prefill_q_parts.csv@2@GpuPrefill.ManyItemsPerCta
     ;;
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
@@ -346,7 +342,7 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, w59, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, qp, check)"
     exit 2
     ;;
 esac
