@@ -56,11 +56,13 @@
 #         tl's stamps on the same rows: do finer chunks shorten the tails of one-wave plans (a build
 #         of hd128 bf16, ~200 s; in session 55 split_probe stopped at the 1K run's three misfits, so
 #         2K and 4K did not run)
-#   qp    items 285 and 286 against main in one wip_check.sh call (an hd64 + hd128 build each, their
-#         tests, ABBA): wip/sm90-q-parts.patch (Q copied in parts of 64 rows, one a consumer;
-#         racecheck of GpuPrefill.ManyItemsPerCta; bench/sweeps/ab/prefill_q_parts.csv) and
+#   qp    items 285-287 against main in one wip_check.sh call (an hd64 + hd128 build each, their
+#         tests, ABBA; ~450 s on an H100): wip/sm90-q-parts.patch (Q copied in parts of 64 rows,
+#         one a consumer; racecheck of GpuPrefill.ManyItemsPerCta; bench/sweeps/ab/prefill_q_parts.csv),
 #         wip/sm90-wide-2048.patch (the 192-row kernel from 2,048 packed rows a K/V head;
-#         prefill_wide_2048.csv) (~330 s on an H100); QP=parts or QP=wide: that one alone (~200 s)
+#         prefill_wide_2048.csv) and wip/sm90-one-warp-tma.patch (TMA tiles issued and waited for by
+#         producer warp 0 alone; racecheck as item 285's; prefill_q_parts.csv). QP="parts wide tma"
+#         (the default) or any subset of those names: fewer patches, ~150 s less each
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -198,10 +200,16 @@ patch_ab() {
 
 case $step in
   qp)
-    # OUT= : wip_check.sh leaves its logs to this step's saver (in $L/wip), not a tar of its own.
     specs=()
-    [[ ${QP:-} == wide ]] || specs+=(wip/sm90-q-parts.patch@bench/sweeps/ab/prefill_q_parts.csv@2@GpuPrefill.ManyItemsPerCta)
-    [[ ${QP:-} == parts ]] || specs+=(wip/sm90-wide-2048.patch@bench/sweeps/ab/prefill_wide_2048.csv)
+    for name in ${QP:-parts wide tma}; do
+      case $name in
+        parts) specs+=(wip/sm90-q-parts.patch@bench/sweeps/ab/prefill_q_parts.csv@2@GpuPrefill.ManyItemsPerCta) ;;
+        wide) specs+=(wip/sm90-wide-2048.patch@bench/sweeps/ab/prefill_wide_2048.csv) ;;
+        tma) specs+=(wip/sm90-one-warp-tma.patch@bench/sweeps/ab/prefill_q_parts.csv@2@GpuPrefill.ManyItemsPerCta) ;;
+        *) echo "device_plan qp: unknown QP name '$name' (parts, wide, tma)"; exit 2 ;;
+      esac
+    done
+    # OUT= : wip_check.sh leaves its logs to this step's saver (in $L/wip), not a tar of its own.
     OUT= LOG_DIR=$L/wip WIP_HEAD_DIMS=64 WIP_SWEEP_DIMS="64;128" scripts/wip_check.sh "${specs[@]}"
     ;;
   v201)
