@@ -219,7 +219,7 @@ void finish_plan(Plan& plan, const PlanInputs& inputs, const Workspace& workspac
   const int sm = compute_capability(plan.device_id);
   const dispatch::KernelChoice kernel =
       dispatch::select_kernel(plan.dtype, plan.head_dim, max_rows, sm, requests_x_kv_heads, num_sms(plan.device_id),
-                              mean_kv_len, mean_rows, max_smem_per_block(plan.device_id));
+                              mean_kv_len, mean_rows, max_smem_per_block(plan.device_id), plan.causal);
   for (int32_t& tiles : row_tiles) tiles = (tiles + kernel.cta_rows - 1) / kernel.cta_rows;
   const int target_ctas = num_sms(plan.device_id) * kernel.ctas_per_sm();
   const Layout layout = make_layout(workspace.bytes, plan.head_dim);

@@ -118,8 +118,12 @@ constexpr int64_t kDecodeManyMaxMeanKeys = 4096;
 constexpr int64_t kDecodeLongMinItems = 128;
 constexpr int64_t kDecodeLongMinMeanKeys = 2048;
 // prefill_sm90_wide where the plan knows that a request has >= kWideMinMeanRows packed rows a
-// K/V head on average and its 192-row items number at least the SMs (perf-notes item 126).
-constexpr int64_t kWideMinMeanRows = 4096;
+// K/V head on average (kWideMinMeanRowsCausal in a causal plan) and its 192-row items number at
+// least the SMs (perf-notes item 126). Non-causal from 2048 since item 286 (MHA hd64 8 x 2K
+// 1.08x under item 283's slower wide kernel); causal plans keep 4096: there the 192-row items
+// compute up to 1.18x the visible pairs at 2048 rows, against 1.07x in 128-row items (item 283).
+constexpr int64_t kWideMinMeanRows = 2048;
+constexpr int64_t kWideMinMeanRowsCausal = 4096;
 
 }  // namespace
 
@@ -144,7 +148,7 @@ bool decode_long_disabled() {
 }
 
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm, int64_t requests_x_kv_heads,
-                           int num_sms, int64_t mean_kv_len, int64_t mean_rows, int max_smem) {
+                           int num_sms, int64_t mean_kv_len, int64_t mean_rows, int max_smem, bool causal) {
   GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "dtype ", dtype_name(dtype),
            " is not supported by the CUDA kernels (bf16, fp16)");
   Family family = max_packed_rows <= kDecodeRows       ? Family::kDecode
@@ -167,7 +171,7 @@ KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int s
     // the plan knows the rows.
     const int64_t wide_rows = AttnShape<Family::kPrefillSm90Wide, kernels::kPrefillSm90WideHeadDim>::kCtaRows;
     const bool wide = family == Family::kPrefill && head_dim == kernels::kPrefillSm90WideHeadDim &&
-                      mean_rows >= kWideMinMeanRows && num_sms > 0 &&
+                      mean_rows >= (causal ? kWideMinMeanRowsCausal : kWideMinMeanRows) && num_sms > 0 &&
                       requests_x_kv_heads * ((mean_rows + wide_rows - 1) / wide_rows) >= num_sms &&
                       !sm90_wide_disabled();
     const Family sm90_family = wide ? Family::kPrefillSm90Wide : Family::kPrefillSm90;

@@ -1188,7 +1188,8 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
     }
   }
   if (!dispatch::sm90_disabled()) {
-    // hd64 with >= 4096 rows a request and K/V head on average, items for every SM: prefill_sm90_wide.
+    // hd64 with >= 2048 rows a request and K/V head on average (4096 causal), items for every SM:
+    // prefill_sm90_wide.
     if (head_dim_built(info, 64)) {
       const DType dt = info.dtypes[0];
       const kernels::Family wide =
@@ -1197,7 +1198,14 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
       // 4096 rows: 22 items of 192 a request and K/V head; 6 x 22 = 132 items cover 132 SMs, 5 x 22 do not.
       EXPECT_EQ(dispatch::select_kernel(dt, 64, 4096, 90, 6, 132, 2048, 4096).family, wide);
       EXPECT_EQ(dispatch::select_kernel(dt, 64, 4096, 90, 5, 132, 2048, 4096).family, kernels::Family::kPrefillSm90);
-      EXPECT_EQ(dispatch::select_kernel(dt, 64, 4095, 90, 512, 132, 2048, 4095).family, kernels::Family::kPrefillSm90);
+      // 2048 rows: 11 items; 12 x 11 = 132 items cover 132 SMs, 11 x 11 do not.
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 2048, 90, 12, 132, 2048, 2048).family, wide);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 2048, 90, 11, 132, 2048, 2048).family, kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 2047, 90, 512, 132, 2048, 2047).family, kernels::Family::kPrefillSm90);
+      // Causal plans from 4096 rows.
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 2048, 90, 512, 132, 2048, 2048, 0, true).family,
+                kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 4096, 90, 6, 132, 2048, 4096, 0, true).family, wide);
       EXPECT_EQ(dispatch::select_kernel(dt, 64, 1 << 14, 90, 32, 132, 16384, 0).family, kernels::Family::kPrefillSm90);
       if (head_dim_built(info, 128)) {
         EXPECT_EQ(dispatch::select_kernel(dt, 128, 1 << 14, 90, 32, 132, 16384, 16384).family, kernels::Family::kPrefillSm90);
