@@ -29,7 +29,8 @@
 # items 262 and 264, their patches rejected; cm ran in session 53: item 267, its patch rejected;
 # ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected;
 # mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected;
-# lt ran in session 57: item 276, its patch rejected.)
+# lt ran in session 57: item 276, its patch rejected; qp ran in session 63: item 288, item 286's patch
+# landed, items 285 and 287's rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -56,13 +57,6 @@
 #         tl's stamps on the same rows: do finer chunks shorten the tails of one-wave plans (a build
 #         of hd128 bf16, ~200 s; in session 55 split_probe stopped at the 1K run's three misfits, so
 #         2K and 4K did not run)
-#   qp    items 285-287 against main in one wip_check.sh call (an hd64 + hd128 build each, their
-#         tests, ABBA; ~450 s on an H100): wip/sm90-q-parts.patch (Q copied in parts of 64 rows,
-#         one a consumer; racecheck of GpuPrefill.ManyItemsPerCta; bench/sweeps/ab/prefill_q_parts.csv),
-#         wip/sm90-wide-2048.patch (the 192-row kernel from 2,048 packed rows a K/V head;
-#         prefill_wide_2048.csv) and wip/sm90-one-warp-tma.patch (TMA tiles issued and waited for by
-#         producer warp 0 alone; racecheck as item 285's; prefill_q_parts.csv). QP="parts wide tma"
-#         (the default) or any subset of those names: fewer patches, ~150 s less each
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -70,7 +64,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|qp|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -199,19 +193,6 @@ patch_ab() {
 }
 
 case $step in
-  qp)
-    specs=()
-    for name in ${QP:-parts wide tma}; do
-      case $name in
-        parts) specs+=(wip/sm90-q-parts.patch@bench/sweeps/ab/prefill_q_parts.csv@2@GpuPrefill.ManyItemsPerCta) ;;
-        wide) specs+=(wip/sm90-wide-2048.patch@bench/sweeps/ab/prefill_wide_2048.csv) ;;
-        tma) specs+=(wip/sm90-one-warp-tma.patch@bench/sweeps/ab/prefill_q_parts.csv@2@GpuPrefill.ManyItemsPerCta) ;;
-        *) echo "device_plan qp: unknown QP name '$name' (parts, wide, tma)"; exit 2 ;;
-      esac
-    done
-    # OUT= : wip_check.sh leaves its logs to this step's saver (in $L/wip), not a tar of its own.
-    OUT= LOG_DIR=$L/wip WIP_HEAD_DIMS=64 WIP_SWEEP_DIMS="64;128" scripts/wip_check.sh "${specs[@]}"
-    ;;
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
       scripts/gpu_check.sh build test sanitize
@@ -354,7 +335,7 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, qp, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, check)"
     exit 2
     ;;
 esac
