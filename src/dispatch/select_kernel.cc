@@ -119,9 +119,10 @@ constexpr int64_t kDecodeLongMinItems = 128;
 constexpr int64_t kDecodeLongMinMeanKeys = 2048;
 // prefill_sm90_wide where the plan knows that a request has >= kWideMinMeanRows packed rows a
 // K/V head on average (kWideMinMeanRowsCausal in a causal plan) and its 192-row items number at
-// least the SMs (perf-notes item 126). Non-causal from 2048 since item 286 (MHA hd64 8 x 2K
-// 1.08x under item 283's slower wide kernel); causal plans keep 4096: there the 192-row items
-// compute up to 1.18x the visible pairs at 2048 rows, against 1.07x in 128-row items (item 283).
+// least the SMs (perf-notes item 126). Non-causal from 2048 since item 286 (item 288, H100: MHA
+// hd64 8 x 2K 1.15x, 4 x 3000 1.21x, GQA-2 8 x 1K 1.08x); causal plans keep 4096: there the
+// 192-row items compute up to 1.18x the visible pairs at 2048 rows, against 1.07x in 128-row items
+// (item 283).
 constexpr int64_t kWideMinMeanRows = 2048;
 constexpr int64_t kWideMinMeanRowsCausal = 4096;
 
