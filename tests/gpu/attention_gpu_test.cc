@@ -1205,6 +1205,8 @@ TEST(GpuPrefill, HopperPathSelectedOnSm90) {
       // Causal plans from 4096 rows.
       EXPECT_EQ(dispatch::select_kernel(dt, 64, 2048, 90, 512, 132, 2048, 2048, 0, true).family,
                 kernels::Family::kPrefillSm90);
+      EXPECT_EQ(dispatch::select_kernel(dt, 64, 4095, 90, 512, 132, 2048, 4095, 0, true).family,
+                kernels::Family::kPrefillSm90);
       EXPECT_EQ(dispatch::select_kernel(dt, 64, 4096, 90, 6, 132, 2048, 4096, 0, true).family, wide);
       EXPECT_EQ(dispatch::select_kernel(dt, 64, 1 << 14, 90, 32, 132, 16384, 0).family, kernels::Family::kPrefillSm90);
       if (head_dim_built(info, 128)) {
