@@ -16,7 +16,7 @@
 //     with P from registers and V read transposed from shared memory; K's "empty" mbarrier is
 //     arrived on after the S GEMM, V's after P V.
 // The consumers share only the stages and take turns issuing their GEMMs, so one's softmax
-// overlaps another's GEMMs. With kSplitKeys (every item <= 64 rows: decode rows of a request and
+// overlaps another's GEMMs (prefill_sm90 at hd64: turns at the softmax's exponentials instead). With kSplitKeys (every item <= 64 rows: decode rows of a request and
 // K/V head) both consumers take the same 64 rows, each the half of every K/V tile's keys
 // (consumer c keys [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0
 // at the end of the item through Q's rows 64..127, which the producer then leaves alone.
@@ -352,10 +352,16 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
 
   // ---- consumers ------------------------------------------------------------------------------
   sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  // Ping-pong: the consumer warpgroups take turns issuing their GEMMs, in a ring (named barriers
-  // 2, 3 and, with three consumers, 6), so the others' softmax runs while one's GEMMs hold the
-  // tensor cores. Each warpgroup passes its own barrier, issues, then opens the next one's; the
-  // last consumer opens consumer 0's first turn.
+  // Ping-pong: the consumer warpgroups take turns, in a ring (named barriers 2, 3 and, with three
+  // consumers, 6). Each warpgroup passes its own barrier, does its turn's work, then opens the
+  // next one's; the last consumer opens consumer 0's first turn. The turn's work is either the
+  // issue of a tile's GEMMs, so that the others' softmax runs while one's GEMMs hold the tensor
+  // cores, or (kExpTurns) a tile's exponentials and row sums, so that one warpgroup at a time
+  // holds the MUFU lanes (16 an SM: at hd64 a tile's 64 x 128 exponentials take as long as its
+  // two GEMMs) while the other's GEMMs, issued whenever their operands are ready, run. Only with
+  // two consumers at hd64: with three (prefill_sm90_wide) and at hd128 the exponentials' turns
+  // lost (perf-notes item 291).
+  constexpr bool kExpTurns = HeadDim == 64 && Cfg::kConsumers == 2;
   constexpr uint32_t kTurnThreads = 256;
   constexpr int kConsumers = Cfg::kConsumers;  // two or three (Sm90Shape)
   const int cw = wg - 1;
@@ -455,13 +461,19 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       }
       // The scale (> 0) is folded into the exponent: exp2(s * scale - max(s) * scale) in one FFMA.
       const float sc = p.sm_scale_log2;
+      float raws[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         float raw = prims::kNegInf;
 #pragma unroll
         for (int j = 0; j < kSTile / 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
-        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+        raws[i] = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+      }
+      if constexpr (kExpTurns) sm90::named_barrier_sync(my_turn, kTurnThreads);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float raw = raws[i];
         // The row's max moves only when this tile's exceeds it by more than kRescaleSlack (log2
         // units): otherwise P stays <= 2^kRescaleSlack (exact to bf16 / fp16 rounding, summed in
         // fp32) and O needs no rescale (scale 1: the warpgroup skips the FMULs when every row's
@@ -483,6 +495,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         }
         d[i] = d[i] * scale[i] + sum;
       }
+      if constexpr (kExpTurns)  // after the exponentials, which the row sums wait for
+        sm90::named_barrier_arrive_after(next_turn, kTurnThreads, __float_as_uint(d[0]) | __float_as_uint(d[1]));
     };
     auto pack_p = [&](const float (&s)[kSTile / 2], uint32_t (&pa)[kSTile / 16][4]) {
 #pragma unroll
@@ -526,9 +540,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       uint32_t pa[kSTile / 16][4];
       float scale[2];
       const T* k_first = wait_tile(it, 0);
-      sm90::named_barrier_sync(my_turn, kTurnThreads);
+      if constexpr (!kExpTurns) sm90::named_barrier_sync(my_turn, kTurnThreads);
       issue_s(s, k_first);
-      sm90::named_barrier_arrive(next_turn, kTurnThreads);
+      if constexpr (!kExpTurns) sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
       release(empty_k, it);
       if (my_tiles == 1) release_q();
@@ -541,10 +555,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         // carried pointer left V's descriptors off the uniform datapath (perf-notes item 133).
         const T* k_cur = wait_tile(it + 1, 0);
         const T* v_prev = wait_tile(it, 1) + kTile * kCols;
-        sm90::named_barrier_sync(my_turn, kTurnThreads);
+        if constexpr (!kExpTurns) sm90::named_barrier_sync(my_turn, kTurnThreads);
         issue_s(s, k_cur);
         issue_pv(pa, v_prev);
-        sm90::named_barrier_arrive(next_turn, kTurnThreads);
+        if constexpr (!kExpTurns) sm90::named_barrier_arrive(next_turn, kTurnThreads);
         sm90::wgmma_wait<1>();  // S of tile t is done; P V of tile t - 1 may still run
         release(empty_k, it + 1);
         if (t == my_tiles - 1) release_q();
@@ -577,9 +591,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         pack_p(s, pa);
       }
       const T* v_last = wait_tile(it, 1) + kTile * kCols;
-      sm90::named_barrier_sync(my_turn, kTurnThreads);
+      if constexpr (!kExpTurns) sm90::named_barrier_sync(my_turn, kTurnThreads);
       issue_pv(pa, v_last);
-      sm90::named_barrier_arrive(next_turn, kTurnThreads);
+      if constexpr (!kExpTurns) sm90::named_barrier_arrive(next_turn, kTurnThreads);
       sm90::wgmma_wait<0>();
       fence_o();
       release(empty_v, it);
@@ -587,7 +601,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       // Tiles past this warpgroup's keys (my_tiles above): each stage is released only once its
       // copies have landed (an arrival before the producer refilled the stage would count toward
       // its previous use), and each turn is still taken: the ring pairs the consumers' turns one
-      // to one, num_tiles + 1 an item each.
+      // to one, num_tiles + 1 an item each (num_tiles with kExpTurns: one a softmax).
 #pragma unroll 1
       for (int t = my_tiles; t < num_tiles; ++t, ++it) {
         wait_tile(it, 0);

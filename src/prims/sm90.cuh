@@ -152,6 +152,15 @@ using prims::named_barrier_sync;
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// named_barrier_arrive once `dep` is computed: ptxas orders a barrier only against memory
+// operations, so it may move register arithmetic (a softmax's exponentials) past a plain arrive.
+// The barrier id is made to depend on `dep` (min(id, id | dep) == id), in PTX that the front end
+// cannot fold.
+__device__ __forceinline__ void named_barrier_arrive_after(uint32_t id, uint32_t threads, uint32_t dep) {
+  asm volatile("{\n\t.reg .b32 t, b;\n\tor.b32 t, %0, %2;\n\tmin.u32 b, %0, t;\n\tbar.arrive b, %1;\n}\n" ::"r"(id),
+               "r"(threads), "r"(dep)
+               : "memory");
+}
 // Named barrier `id` over `threads` threads that also ORs `pred` over them: the same answer in
 // every thread (e.g. a branch taken by a whole warpgroup or by none of it).
 __device__ __forceinline__ bool named_barrier_any(uint32_t id, uint32_t threads, bool pred) {
