@@ -16,7 +16,8 @@
 //     with P from registers and V read transposed from shared memory; K's "empty" mbarrier is
 //     arrived on after the S GEMM, V's after P V.
 // The consumers share only the stages and take turns issuing their GEMMs, so one's softmax
-// overlaps another's GEMMs (prefill_sm90 at hd64: turns at the softmax's exponentials instead). With kSplitKeys (every item <= 64 rows: decode rows of a request and
+// overlaps another's GEMMs (prefill_sm90 at hd64: turns at the softmax's exponentials instead,
+// kExpTurns). With kSplitKeys (every item <= 64 rows: decode rows of a request and
 // K/V head) both consumers take the same 64 rows, each the half of every K/V tile's keys
 // (consumer c keys [c, c + 1) x kTile / 2), and consumer 1 hands its softmax state to consumer 0
 // at the end of the item through Q's rows 64..127, which the producer then leaves alone.
