@@ -14,14 +14,20 @@
 # after the loop's wait for S): ptxas issues a wgmma wait first in its basic block, which once
 # put the whole softmax behind P V (docs/perf-notes.md item 140; main had 0 there, 34-66 now).
 # Exit 77 (ctest: skipped) without nvdisasm. The ctest `sm90_softmax_overlaps_pv` runs it.
+# --check-exp-turns: exit 1 unless, in every two-consumer Hopper prefill kernel at head_dim 64
+# (kExpTurns), some ping-pong turn (a BAR.SYNC on a register barrier id up to the next BAR.ARV on
+# one) holds all the MUFU.EX2 of a tile (64 a thread; 32 where the consumers split each tile's
+# keys, the kernel's last template argument): ptxas moved a plain bar.arrive above the exponentials
+# (docs/perf-notes.md item 291). Exit 77 without nvdisasm; the ctest `sm90_exp_turns_hold_exp2`.
 # Needs nvcc and nvdisasm (CUDA toolkit, or: pip install nvidia-cuda-nvdisasm; NVDISASM=path).
-# Usage: scripts/sass_stats.sh [-a sm_90a] [--check | --check-overlap] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
+# Usage: scripts/sass_stats.sh [-a sm_90a] [--check | --check-overlap | --check-exp-turns] src/instantiations/attention_prefill_sm90_bf16_hd128.cu [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-arch=sm_90a check=0 overlap=0
+arch=sm_90a check=0 overlap=0 exp_turns=0
 if [ "${1:-}" = "-a" ]; then arch=$2; shift 2; fi
 if [ "${1:-}" = "--check" ]; then check=1; shift; fi
 if [ "${1:-}" = "--check-overlap" ]; then overlap=1; shift; fi
+if [ "${1:-}" = "--check-exp-turns" ]; then exp_turns=1; overlap=1; shift; fi
 [ $# -ge 1 ] || { sed -n 2,18p "$0"; exit 2; }
 NVCC=${NVCC:-nvcc}
 if [ $check = 0 ]; then
@@ -50,6 +56,27 @@ for src in "$@"; do
     continue
   fi
   "$NVDISASM" -c "$tmp/$base.cubin" > "$tmp/$base.sass"
+  if [ $exp_turns = 1 ]; then
+    # Per two-consumer hd64 kernel (Family 3): the most MUFU.EX2 between a BAR.SYNC and the next
+    # BAR.ARV, both on register barrier ids (the turns; the other named barriers use immediates).
+    awk '
+      /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name)
+                     if (name ~ /Li64ELNS0_6FamilyE3E/) { order[++n] = name; best[name] = 0
+                       need[name] = name ~ /ELb1EEEvNS0_15AttentionParams/ ? 32 : 64 } else name = ""; inside = 0; next }
+      name == "" { next }
+      /BAR\.SYNC(\.DEFER_BLOCKING)? R[0-9]+/ { inside = 1; c = 0; next }
+      /BAR\.ARV R[0-9]+/ { if (inside && c > best[name]) best[name] = c; inside = 0; next }
+      /MUFU\.EX2/ { if (inside) c++ }
+      END {
+        for (i = 1; i <= n; i++) {
+          k = order[i]; ok = best[k] >= need[k]
+          printf "  %s: %d MUFU.EX2 in a turn (>= %d)%s\n", k, best[k], need[k], ok ? "" : "  <- the exponentials left the turn"
+          if (!ok) bad++
+        }
+        exit bad > 0
+      }' "$tmp/$base.sass" || failed=$((failed + 1))
+    continue
+  fi
   if [ $overlap = 1 ]; then
     # Per kernel at head_dim 80 / 96 / 112 / 128 / 256 (kWaitAfterSoftmax): the MUFU.EX2 between the
     # first WARPGROUP.DEPBAR.LE 1 (the loop's wait for S) and the next DEPBAR.LE 0 (its wait for P V).
@@ -93,6 +120,10 @@ for src in "$@"; do
       }
     }' "$tmp/$base.sass"
 done
+if [ $exp_turns = 1 ]; then
+  [ $failed = 0 ] || { echo "sass_stats: the exponentials are outside the ping-pong turns in $failed files"; exit 1; }
+  exit 0
+fi
 if [ $overlap = 1 ]; then
   [ $failed = 0 ] || { echo "sass_stats: the softmax does not overlap P V in $failed files"; exit 1; }
   exit 0
