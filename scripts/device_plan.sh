@@ -57,6 +57,10 @@
 #         tl's stamps on the same rows: do finer chunks shorten the tails of one-wave plans (a build
 #         of hd128 bf16, ~200 s; in session 55 split_probe stopped at the 1K run's three misfits, so
 #         2K and 4K did not run)
+#   ph    item 293's open question: wip/diag-sm90-phases.patch applied (%clock64 spans of the
+#         two-consumer hd64 kernel's tile loop, CTA 0's consumer warp 0 of each warpgroup, read
+#         back under GQATTN_DIAG_PHASES), six hd64 rows on that kernel; phases.txt: the median
+#         cycles a tile of each phase, a line a row and warpgroup (a build of hd64 bf16, ~60 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -64,7 +68,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -334,8 +338,38 @@ case $step in
       --iters 20 --csv "$L/tl/tl.csv" > "$L/tl/tl.log" 2>&1
     cat "$L/tl/timeline.csv"
     ;;
+  ph)
+    # Why a tile's exponentials take ~1,140 cycles against ~625 scheduled (perf-notes item 293):
+    # where a consumer warp's time goes, phase by phase (wait for K / V, issue, wait for S, mask
+    # and maxima, wait for the turn, the turn, wait for P V + rescale + pack), and the row's time.
+    git apply wip/diag-sm90-phases.patch || exit 1
+    trap 'git apply -R wip/diag-sm90-phases.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    GQATTN_HEAD_DIMS=64 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    n=0
+    for r in "32 32 0 8 2048 2048 1" "32 32 16 8 2048 2048 1" "32 32 0 16 1024 1024 0" "32 32 0 16 1024 1024 1" \
+             "32 16 0 8 1024 1024 1" "32 8 16 1 512 8704 1"; do
+      read -r hq hkv pg b q kv c <<< "$r"; n=$((n + 1))
+      GQATTN_DIAG_PHASES=1 timeout 60 build-gpu/gqattn-bench --device cuda --family prefill --dtype bf16 \
+        --num-qo-heads "$hq" --num-kv-heads "$hkv" --head-dim 64 --page-size "$pg" --batch "$b" --qo-len "$q" \
+        --kv-len "$kv" --causal "$c" --iters 10 > "$L/ph_$n.log" 2>&1
+      # A line a warpgroup: each field's median over the launches (mawk has no sort: python).
+      python3 - "$L/ph_$n.log" "$r" >> "$L/phases.txt" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith("GQ_PHASES "):
+        f = dict(kv.split("=") for kv in line.split()[1:])
+        rows.setdefault(f.pop("wg"), []).append(f)
+for wg, launches in sorted(rows.items()):
+    med = {k: statistics.median(float(l[k]) for l in launches) for k in launches[0]}
+    print(sys.argv[2], f"wg={wg} launches={len(launches)}", " ".join(f"{k}={v:.0f}" for k, v in med.items()))
+PY
+      grep -E "TFLOP/s" "$L/ph_$n.log" | tail -1 >> "$L/phases.txt"
+    done
+    cat "$L/phases.txt"
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
     exit 2
     ;;
 esac
