@@ -27,14 +27,14 @@ arch=sm_90a check=0 overlap=0 exp_turns=0
 if [ "${1:-}" = "-a" ]; then arch=$2; shift 2; fi
 if [ "${1:-}" = "--check" ]; then check=1; shift; fi
 if [ "${1:-}" = "--check-overlap" ]; then overlap=1; shift; fi
-if [ "${1:-}" = "--check-exp-turns" ]; then exp_turns=1; overlap=1; shift; fi
+if [ "${1:-}" = "--check-exp-turns" ]; then exp_turns=1; shift; fi
 [ $# -ge 1 ] || { sed -n 2,23p "$0"; exit 2; }
 NVCC=${NVCC:-nvcc}
 if [ $check = 0 ]; then
   NVDISASM=${NVDISASM:-$(command -v nvdisasm || python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/nvdisasm"))' 2>/dev/null || true)}
   if [ ! -x "$NVDISASM" ]; then
     echo "sass_stats: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)"
-    [ $overlap = 1 ] && { echo "sass_stats: the SASS check is skipped"; exit 77; }
+    [ $overlap = 1 ] || [ $exp_turns = 1 ] && { echo "sass_stats: the SASS check is skipped"; exit 77; }
     exit 1
   fi
 fi
