@@ -41,7 +41,9 @@
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   ncp   ncu --set full of cuDNN's hd128 prefill kernel and ours, MHA non-causal 1 x 16K and 16 x 1K
-#         (or NCP_ROWS), with per-instruction SASS exports (a build of one head dim; 45 s warm, item 277)
+#         (or NCP_ROWS), with per-instruction SASS exports (a build of one head dim; 45 s warm, item 277),
+#         and turn_stalls.txt: each export's exponential turns and their stall reasons
+#         (scripts/ncu_turn_stalls.py; for hd64: NCP_ROWS="32 32 64 8 2048 2048 1")
 #   flexd, flexp  the decode (prefill) sweep, ours beside FlexAttention and cuDNN's SDPA in one call:
 #         the issue's FlexAttention peer, left out of the tables since session 2 for its compile
 #         time (one torch.compile a shape, ~110 decode and ~40 prefill shapes) (~500-560 s each)
@@ -300,6 +302,10 @@ case $step in
     ours=(); for r in "${rows[@]}"; do read -r hq hkv d b qo kv c <<< "$r"; ours+=("prefill,bf16,$hq,$hkv,$d,0,$b,$qo,$kv,$c"); done
     NCU_SASS=1 NCU_TIMEOUT=200 NCU_KERNEL=attention_sm90_kernel LOG_DIR=$L/ncu scripts/ncu_decode.sh \
       build-gpu/gqattn-bench "${ours[@]}"
+    # Each kernel's exponential turns (BAR.SYNC .. BAR.ARV spans holding the MUFU.EX2) and their
+    # stall reasons, cuDNN's and ours, row by row (item 294's open question at hd64).
+    python3 scripts/ncu_turn_stalls.py "$L"/peer/ncu_peer_*_sass.csv "$L"/ncu/ncu_*_sass.csv > "$L/turn_stalls.txt" 2>&1
+    cat "$L/turn_stalls.txt"
     ;;
   tl|tlp)
     # wip/diag-timeline.patch stamps every CTA (%globaltimer); the sweep runs without the stamps,
