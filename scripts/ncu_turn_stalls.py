@@ -67,7 +67,10 @@ def main():
     ap.add_argument("--top", type=int, default=6, help="stall reasons a line")
     args = ap.parse_args()
     for path in args.exports:
-        report(path, args.min_ex2, args.top)
+        try:
+            report(path, args.min_ex2, args.top)
+        except (OSError, StopIteration, ValueError) as e:  # a failed ncu run leaves no table
+            print(f"== {path}: no SASS table ({type(e).__name__})")
 
 
 if __name__ == "__main__":
