@@ -69,7 +69,7 @@ def main():
     for path in args.exports:
         try:
             report(path, args.min_ex2, args.top)
-        except (OSError, StopIteration, ValueError) as e:  # a failed ncu run leaves no table
+        except (FileNotFoundError, StopIteration, ValueError) as e:  # a failed ncu run leaves no table
             print(f"== {path}: no SASS table ({type(e).__name__})")
 
 
