@@ -30,7 +30,7 @@
 # ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected;
 # mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected;
 # lt ran in session 57: item 276, its patch rejected; qp ran in session 63: item 288, item 286's patch
-# landed, items 285 and 287's rejected.)
+# landed, items 285 and 287's rejected; ph ran in session 65: item 294.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -345,8 +345,8 @@ case $step in
     cat "$L/tl/timeline.csv"
     ;;
   ph)
-    # Why a tile's exponentials take ~1,140 cycles against ~625 scheduled (perf-notes item 293):
-    # where a consumer warp's time goes, phase by phase (wait for K / V, issue, wait for S, mask
+    # Why a tile's exponentials take ~1,140 cycles against ~625 scheduled (perf-notes items 293,
+    # 294): where a consumer warp's time goes, phase by phase (wait for K / V, issue, wait for S, mask
     # and maxima, wait for the turn, the turn, wait for P V + rescale + pack), and the row's time.
     git apply wip/diag-sm90-phases.patch || exit 1
     trap 'git apply -R wip/diag-sm90-phases.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
