@@ -81,9 +81,9 @@ inline int fit_shared_memory(const std::vector<FamilyFit>& rows, int wanted, int
 // let prefill rows at head_dim 64 on sm_90 take prefill_sm90_wide (three consumer warpgroups,
 // 192-row items) where `mean_rows` (packed rows a request with query rows has at each K/V head, on
 // average; 0 where not known, as in CUDA-graph mode) >= 2048 (4096 where `causal`) and its items
-// number >= num_sms (perf-notes item 126). `max_smem` (the device's dynamic shared memory a CTA may take; 0: not
-// known) replaces a family that would not fit by one that does (fit_shared_memory), or throws
-// where none does.
+// number >= num_sms (perf-notes item 126). `max_smem` (the device's dynamic shared memory a CTA
+// may take; 0: not known) replaces a family that would not fit by one that does
+// (fit_shared_memory), or throws where none does.
 KernelChoice select_kernel(DType dtype, int head_dim, int max_packed_rows, int sm = 0, int64_t requests_x_kv_heads = 0,
                            int num_sms = 0, int64_t mean_kv_len = 0, int64_t mean_rows = 0, int max_smem = 0,
                            bool causal = false);
