@@ -67,7 +67,7 @@
 #         tests and racecheck of GpuPrefill.ManyItemsPerCta; the hd64 and hd128 rows of
 #         prefill_exp_turns.csv), wip/sm90-item-pipe-hd128.patch (the same at hd 80 .. 128 with two
 #         Q buffers and two stages; its tests; prefill_item_pipe_hd128.csv) and
-#         wip/sm90-turn-red-hd64.patch (the turn's bar.red alone; measured only, one round) against
+#         wip/sm90-turn-clock-hd64.patch (the turn's clock dependency alone; measured only, one round) against
 #         main, ABBA, by wip_check.sh (a build of hd64 + hd128 bf16 a tree, ~350 s; IP_PATCHES:
 #         fewer)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
@@ -382,10 +382,10 @@ PY
     cat "$L/phases.txt"
     ;;
   ip)
-    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64;128" WIP_NO_PORTABLE=1 WIP_NO_TESTS="sm90-turn-red-hd64" \
+    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64;128" WIP_NO_PORTABLE=1 WIP_NO_TESTS="sm90-turn-clock-hd64" \
       WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv scripts/wip_check.sh ${IP_PATCHES:-\
       wip/sm90-item-pipe-hd64.patch@@@GpuPrefill.ManyItemsPerCta \
-      wip/sm90-item-pipe-hd128.patch@bench/sweeps/ab/prefill_item_pipe_hd128.csv wip/sm90-turn-red-hd64.patch@@1}
+      wip/sm90-item-pipe-hd128.patch@bench/sweeps/ab/prefill_item_pipe_hd128.csv wip/sm90-turn-clock-hd64.patch@@1}
     ;;
   *)
     echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, ip, check)"
