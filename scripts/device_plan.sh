@@ -30,7 +30,8 @@
 # ml (twice) and mt ran in session 54: item 272, the tree merge landed, the lanes forms rejected;
 # mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected;
 # lt ran in session 57: item 276, its patch rejected; qp ran in session 63: item 288, item 286's patch
-# landed, items 285 and 287's rejected; ph ran in session 65: item 294.)
+# landed, items 285 and 287's rejected; ph ran in session 65: item 294; ip ran in session 67 (its
+# hd64 and turn-only patches): items 300-301, item 299's three patches deleted.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -63,13 +64,6 @@
 #         two-consumer hd64 kernel's tile loop, CTA 0's consumer warp 0 of each warpgroup, read
 #         back under GQATTN_DIAG_PHASES), six hd64 rows on that kernel; phases.txt: the median
 #         cycles a tile of each phase, a line a row and warpgroup (a build of hd64 bf16, ~60 s)
-#   ip    item 299: wip/sm90-item-pipe-hd64.patch (each consumer's items pipelined at hd64; its
-#         tests and racecheck of GpuPrefill.ManyItemsPerCta; the hd64 and hd128 rows of
-#         prefill_exp_turns.csv), wip/sm90-item-pipe-hd128.patch (the same at hd 80 .. 128 with two
-#         Q buffers and two stages; its tests; prefill_item_pipe_hd128.csv) and
-#         wip/sm90-turn-clock-hd64.patch (the turn's clock dependency alone; measured only, one round) against
-#         main, ABBA, by wip_check.sh (a build of hd64 + hd128 bf16 a tree, ~350 s; IP_PATCHES:
-#         fewer)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -77,7 +71,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|ip|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -381,14 +375,8 @@ PY
     done
     cat "$L/phases.txt"
     ;;
-  ip)
-    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64;128" WIP_NO_PORTABLE=1 WIP_NO_TESTS="sm90-turn-clock-hd64" \
-      WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv scripts/wip_check.sh ${IP_PATCHES:-\
-      wip/sm90-item-pipe-hd64.patch@@@GpuPrefill.ManyItemsPerCta \
-      wip/sm90-item-pipe-hd128.patch@bench/sweeps/ab/prefill_item_pipe_hd128.csv wip/sm90-turn-clock-hd64.patch@@1}
-    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, ip, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
     exit 2
     ;;
 esac
