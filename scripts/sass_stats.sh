@@ -82,7 +82,8 @@ for src in "$@"; do
     # Per kernel at head_dim 80 / 96 / 112 / 128 / 256 (kWaitAfterSoftmax): the most MUFU.EX2
     # between a WARPGROUP.DEPBAR.LE 1 (a wait for S with P V in flight: the loop's) and the next
     # DEPBAR.LE 0 (its wait for P V). The most, not the first span's: a kernel may have other
-    # DEPBAR.LE 1 waits with no softmax after them (item 299's pipelined first tile, perf-notes item 301).
+    # DEPBAR.LE 1 waits with no softmax after them (item 299's pipelined first tile, perf-notes
+    # item 301).
     awk '
       /^\.text\./ { name = $0; sub(/^\.text\./, "", name); sub(/:$/, "", name)
                      if (name ~ /Li(80|96|112|128|256)E/) { order[++n] = name; mufu[name] = 0; inside = 0 } else name = ""; next }

@@ -162,7 +162,9 @@ __device__ __forceinline__ void named_barrier_arrive_after(uint32_t id, uint32_t
                : "memory");
 }
 // Named barrier `id` over `threads` threads that also ORs `pred` over them: the same answer in
-// every thread (e.g. a branch taken by a whole warpgroup or by none of it).
+// every thread (e.g. a branch taken by a whole warpgroup or by none of it). `id` must be one that
+// no thread syncs or arrives on meanwhile: a bar.red beside a bar.sync / bar.arrive on the same
+// barrier is undefined in PTX, and traps on the H100 (docs/perf-notes.md item 300).
 __device__ __forceinline__ bool named_barrier_any(uint32_t id, uint32_t threads, bool pred) {
   uint32_t any;
   asm volatile(
