@@ -64,6 +64,11 @@
 #         two-consumer hd64 kernel's tile loop, CTA 0's consumer warp 0 of each warpgroup, read
 #         back under GQATTN_DIAG_PHASES), six hd64 rows on that kernel; phases.txt: the median
 #         cycles a tile of each phase, a line a row and warpgroup (a build of hd64 bf16, ~60 s)
+#   so    items 302-303: wip/sm90-fast-rcp-lg2.patch (the epilogue's 1 / d and log2 d by rcp.approx
+#         and lg2.approx) and wip/sm90-staged-o-hd64.patch (that, and hd64's O through shared memory
+#         by stmatrix) against main, ABBA, on the hd64 and hd128 rows of prefill_exp_turns.csv; the
+#         staged patch's GPU tests (portable kernels too: the merge takes the same functions),
+#         synccheck and racecheck (a build of hd 64 + 128 bf16 a tree, ~450 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -71,7 +76,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|so|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -375,8 +380,13 @@ PY
     done
     cat "$L/phases.txt"
     ;;
+  so)
+    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64;128" WIP_NO_TESTS="sm90-fast-rcp-lg2" \
+      WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv scripts/wip_check.sh ${SO_PATCHES:-\
+      wip/sm90-fast-rcp-lg2.patch wip/sm90-staged-o-hd64.patch@@@GpuPrefill.ManyItemsPerCta}
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, so, check)"
     exit 2
     ;;
 esac
