@@ -69,6 +69,10 @@
 #         by stmatrix) against main, ABBA, on the hd64 and hd128 rows of prefill_exp_turns.csv; the
 #         staged patch's GPU tests (portable kernels too: the merge takes the same functions),
 #         synccheck and racecheck (a build of hd 64 + 128 bf16 a tree, ~450 s)
+#   fe    items 304-305: wip/sm90-exp2-fma-{quarter,sixteenth}-hd64.patch (a share of the two-consumer
+#         hd64 kernel's exponentials on the FMA pipe, prims::exp2_fma) against main on the hd64 rows of
+#         prefill_exp_turns.csv (ABBA, their GPU tests, synccheck), then item 302's patch applied and
+#         the whole ctest suite at hd 64 + 128, bf16 + fp16 (gpu_check.sh build test; ~450 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -76,7 +80,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|so|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|so|fe|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -385,8 +389,15 @@ PY
       WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv scripts/wip_check.sh ${SO_PATCHES:-\
       wip/sm90-fast-rcp-lg2.patch wip/sm90-staged-o-hd64.patch@@@GpuPrefill.ManyItemsPerCta}
     ;;
+  fe)
+    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64" WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv \
+      scripts/wip_check.sh ${FE_PATCHES:-wip/sm90-exp2-fma-quarter-hd64.patch wip/sm90-exp2-fma-sixteenth-hd64.patch}; save
+    git apply wip/sm90-fast-rcp-lg2.patch || exit 1
+    trap 'git apply -R wip/sm90-fast-rcp-lg2.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
+    GQATTN_HEAD_DIMS="64;128" GQATTN_DTYPES="bf16;fp16" LOG_DIR=$L/rl scripts/gpu_check.sh build test
+    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, so, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, so, fe, check)"
     exit 2
     ;;
 esac
