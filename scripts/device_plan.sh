@@ -31,7 +31,8 @@
 # mp ran in session 55: item 274, the epilogue's row skip landed, the two prefetches rejected;
 # lt ran in session 57: item 276, its patch rejected; qp ran in session 63: item 288, item 286's patch
 # landed, items 285 and 287's rejected; ph ran in session 65: item 294; ip ran in session 67 (its
-# hd64 and turn-only patches): items 300-301, item 299's three patches deleted.)
+# hd64 and turn-only patches): items 300-301, item 299's three patches deleted; so ran in session 68:
+# items 302-303, item 303's patch deleted.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -64,11 +65,6 @@
 #         two-consumer hd64 kernel's tile loop, CTA 0's consumer warp 0 of each warpgroup, read
 #         back under GQATTN_DIAG_PHASES), six hd64 rows on that kernel; phases.txt: the median
 #         cycles a tile of each phase, a line a row and warpgroup (a build of hd64 bf16, ~60 s)
-#   so    items 302-303: wip/sm90-fast-rcp-lg2.patch (the epilogue's 1 / d and log2 d by rcp.approx
-#         and lg2.approx) and wip/sm90-staged-o-hd64.patch (that, and hd64's O through shared memory
-#         by stmatrix) against main, ABBA, on the hd64 and hd128 rows of prefill_exp_turns.csv; the
-#         staged patch's GPU tests (portable kernels too: the merge takes the same functions),
-#         synccheck and racecheck (a build of hd 64 + 128 bf16 a tree, ~450 s)
 #   fe    items 304-305: wip/sm90-exp2-fma-{quarter,sixteenth}-hd64.patch (a share of the two-consumer
 #         hd64 kernel's exponentials on the FMA pipe, prims::exp2_fma) against main on the hd64 rows of
 #         prefill_exp_turns.csv (ABBA, their GPU tests, synccheck), then item 302's patch applied and
@@ -80,7 +76,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|so|fe|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|fe|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -384,11 +380,6 @@ PY
     done
     cat "$L/phases.txt"
     ;;
-  so)
-    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64;128" WIP_NO_TESTS="sm90-fast-rcp-lg2" \
-      WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv scripts/wip_check.sh ${SO_PATCHES:-\
-      wip/sm90-fast-rcp-lg2.patch wip/sm90-staged-o-hd64.patch@@@GpuPrefill.ManyItemsPerCta}
-    ;;
   fe)
     LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64" WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv \
       scripts/wip_check.sh ${FE_PATCHES:-wip/sm90-exp2-fma-quarter-hd64.patch wip/sm90-exp2-fma-sixteenth-hd64.patch}; save
@@ -397,7 +388,7 @@ PY
     GQATTN_HEAD_DIMS="64;128" GQATTN_DTYPES="bf16;fp16" LOG_DIR=$L/rl scripts/gpu_check.sh build test
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, so, fe, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, fe, check)"
     exit 2
     ;;
 esac
