@@ -32,7 +32,8 @@
 # lt ran in session 57: item 276, its patch rejected; qp ran in session 63: item 288, item 286's patch
 # landed, items 285 and 287's rejected; ph ran in session 65: item 294; ip ran in session 67 (its
 # hd64 and turn-only patches): items 300-301, item 299's three patches deleted; so ran in session 68:
-# items 302-303, item 303's patch deleted.)
+# items 302-303, item 303's patch deleted; fe ran in session 68: items 304-305, item 302's patch landed,
+# the two exp2 patches deleted.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -65,11 +66,6 @@
 #         two-consumer hd64 kernel's tile loop, CTA 0's consumer warp 0 of each warpgroup, read
 #         back under GQATTN_DIAG_PHASES), six hd64 rows on that kernel; phases.txt: the median
 #         cycles a tile of each phase, a line a row and warpgroup (a build of hd64 bf16, ~60 s)
-#   fe    items 304-305: wip/sm90-exp2-fma-{quarter,sixteenth}-hd64.patch (a share of the two-consumer
-#         hd64 kernel's exponentials on the FMA pipe, prims::exp2_fma) against main on the hd64 rows of
-#         prefill_exp_turns.csv (ABBA; the quarter's GPU tests and synccheck: the sixteenth is the same
-#         code at another share), then item 302's patch applied and the whole ctest suite at hd 64 + 128,
-#         bf16 (gpu_check.sh build test; ~400 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -77,7 +73,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|fe|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -381,16 +377,8 @@ PY
     done
     cat "$L/phases.txt"
     ;;
-  fe)
-    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64" WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv \
-      WIP_NO_TESTS="sm90-exp2-fma-sixteenth-hd64" \
-      scripts/wip_check.sh ${FE_PATCHES:-wip/sm90-exp2-fma-quarter-hd64.patch wip/sm90-exp2-fma-sixteenth-hd64.patch}; save
-    git apply wip/sm90-fast-rcp-lg2.patch || exit 1
-    trap 'git apply -R wip/sm90-fast-rcp-lg2.patch; kill $saver 2>/dev/null; wait $saver 2>/dev/null; save' EXIT
-    GQATTN_HEAD_DIMS="64;128" GQATTN_DTYPES=bf16 LOG_DIR=$L/rl scripts/gpu_check.sh build test
-    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, fe, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
     exit 2
     ;;
 esac

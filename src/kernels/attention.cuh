@@ -392,8 +392,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads)
         acc[0] += lo.x * sc; acc[1] += lo.y * sc; acc[2] += lo.z * sc; acc[3] += lo.w * sc;
         acc[4] += hi.x * sc; acc[5] += hi.y * sc; acc[6] += hi.z * sc; acc[7] += hi.w * sc;
       }
-      const float inv = d_all > 0.f ? 1.f / d_all : 0.f;
-      const float lse2 = d_all > 0.f ? m_all + log2f(d_all) : prims::kNegInf;
+      const float inv = prims::inv_row_sum(d_all);
+      const float lse2 = prims::row_lse2(m_all, d_all);
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[e] *= inv;
       uint32_t tok, g;

@@ -702,7 +702,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       // 256 contiguous bytes a pass, 16 bytes a lane (the 4-byte stores from the accumulators
       // touched eight rows' lines an instruction; the quad transpose of hd <= 128 spills here).
       // Named barrier 11 + cw: this warpgroup alone.
-      const float inv[2] = {dsum[0] > 0.f ? 1.f / dsum[0] : 0.f, dsum[1] > 0.f ? 1.f / dsum[1] : 0.f};
+      const float inv[2] = {prims::inv_row_sum(dsum[0]), prims::inv_row_sum(dsum[1])};
       if (staged_o) {
         constexpr int kStageCols = Shape::kOutStageCols;  // not the kernel's kCols (a tile row)
         const uint32_t s_out = prims::smem_addr(reinterpret_cast<unsigned char*>(full_k) + Shape::kBarrierBytes) +
@@ -762,8 +762,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     for (int i = 0; i < 2; ++i) {
       const int ra = thread_row(i);
       const bool row_ok = ra < rows;
-      const float inv = dsum[i] > 0.f ? 1.f / dsum[i] : 0.f;
-      const float lse2 = dsum[i] > 0.f ? m[i] + log2f(dsum[i]) : prims::kNegInf;
+      const float inv = prims::inv_row_sum(dsum[i]);
+      const float lse2 = prims::row_lse2(m[i], dsum[i]);
       uint32_t tok, g;
       p.group.divmod(ra, tok, g);
       if (w.partial_base < 0) {

@@ -18,6 +18,22 @@ __device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
 // The max to subtract: 0 for a row that has seen no key yet (so exp2(-inf - 0) = 0, not NaN).
 __device__ __forceinline__ float safe_max(float m) { return m == kNegInf ? 0.f : m; }
 
+// 1 / d for a row's sum of exponentials d, 0 for an empty row (d = 0). Wherever a row saw a key,
+// d >= 1 (its largest term is exp2(0)), so the hardware's approximate reciprocal (rcp.approx.ftz,
+// within 1 ulp) serves, without the IEEE division's slow path and its branches.
+__device__ __forceinline__ float inv_row_sum(float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return d > 0.f ? r : 0.f;
+}
+// The base-2 LSE m + log2(d) of a row (-inf when empty), for the same d >= 1: lg2.approx
+// (absolute error about 2^-22) in place of log2f's polynomial of some 15 dependent instructions.
+__device__ __forceinline__ float row_lse2(float m, float d) {
+  float l;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
+  return d > 0.f ? m + l : kNegInf;
+}
+
 // Merges normalised partial results (o_i, lse_i) one at a time. lse values are base 2.
 struct MergeState {
   float m = kNegInf;  // running max of lse
@@ -44,9 +60,9 @@ struct MergeState {
     m = m_new;
   }
   // 1 / d, or 0 when every partial was empty (the output is then 0).
-  __device__ __forceinline__ float inv_sum() const { return d > 0.f ? 1.f / d : 0.f; }
+  __device__ __forceinline__ float inv_sum() const { return inv_row_sum(d); }
   // Base-2 LSE of the merged state (-inf when empty).
-  __device__ __forceinline__ float lse2() const { return d > 0.f ? m + log2f(d) : kNegInf; }
+  __device__ __forceinline__ float lse2() const { return row_lse2(m, d); }
 };
 
 // The merged state of n partial LSEs (base 2 after multiplying by lse_scale) at lse[i * stride],
