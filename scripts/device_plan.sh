@@ -154,6 +154,9 @@ export GQ_COMMIT
 [[ -d .deps/googletest ]] || echo "device_plan: no .deps/googletest (carry it): the builds will look for GTest"
 L=/tmp/dp-logs-$step
 rm -rf "$L" && mkdir -p "$L"
+# Every step's logs live under $L and leave as $OUT/$step.tgz; gpu_check.sh writes no logs.tgz of its
+# own here, which would overwrite one from a command run before this step in the same call.
+export GPU_CHECK_TAR=
 save() { tar czf "$OUT/$step.tgz.part" -C "$L" . 2>/dev/null && mv "$OUT/$step.tgz.part" "$OUT/$step.tgz"; }
 # Every 45 s as well, so that a call stopped at its time limit still returns the logs so far. At the
 # end the saver stops its sleep (left running, it held the call's output open for up to 45 s more)
