@@ -692,6 +692,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       for (int j = 0; j < HeadDim / 8; ++j)
         *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
     };
+    const float inv[2] = {prims::inv_row_sum(dsum[0]), prims::inv_row_sum(dsum[1])};  // O's row factors
     // hd256: this item's O through shared memory (below). The same for the whole CTA (from the
     // item alone), so each warpgroup's named barriers there see all of its threads.
     const bool staged_o =
@@ -702,7 +703,6 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       // 256 contiguous bytes a pass, 16 bytes a lane (the 4-byte stores from the accumulators
       // touched eight rows' lines an instruction; the quad transpose of hd <= 128 spills here).
       // Named barrier 11 + cw: this warpgroup alone.
-      const float inv[2] = {prims::inv_row_sum(dsum[0]), prims::inv_row_sum(dsum[1])};
       if (staged_o) {
         constexpr int kStageCols = Shape::kOutStageCols;  // not the kernel's kCols (a tile row)
         const uint32_t s_out = prims::smem_addr(reinterpret_cast<unsigned char*>(full_k) + Shape::kBarrierBytes) +
@@ -762,7 +762,6 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
     for (int i = 0; i < 2; ++i) {
       const int ra = thread_row(i);
       const bool row_ok = ra < rows;
-      const float inv = prims::inv_row_sum(dsum[i]);
       const float lse2 = prims::row_lse2(m[i], dsum[i]);
       uint32_t tok, g;
       p.group.divmod(ra, tok, g);
@@ -776,7 +775,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
             uint32_t word[4];
 #pragma unroll
             for (int b = 0; b < 4; ++b)
-              word[b] = prims::pack2<T>(o_acc[4 * (4 * j4 + b) + 2 * i] * inv, o_acc[4 * (4 * j4 + b) + 2 * i + 1] * inv);
+              word[b] = prims::pack2<T>(o_acc[4 * (4 * j4 + b) + 2 * i] * inv[i], o_acc[4 * (4 * j4 + b) + 2 * i + 1] * inv[i]);
             prims::quad_transpose(word, lane);
             if (row_ok) prims::st_global_16(dst + 32 * j4 + 8 * (lane & 3), word[0], word[1], word[2], word[3]);
           }
@@ -785,17 +784,17 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
           for (int j = HeadDim / 32 * 4; j < HeadDim / 8; ++j)
             if (row_ok)
               *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * (lane & 3)) =
-                  prims::pack2<T>(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
+                  prims::pack2<T>(o_acc[4 * j + 2 * i] * inv[i], o_acc[4 * j + 2 * i + 1] * inv[i]);
         } else if (row_ok && !staged_o) {  // hd256 past kStagedOMaxKeys keys (staged_o: stored
           // above); 4-byte pieces: the shuffled words beside O's 128 registers spilled 108 bytes
 #pragma unroll
           for (int j = 0; j < HeadDim / 8; ++j)
             *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * (lane & 3)) =
-                prims::pack2<T>(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
+                prims::pack2<T>(o_acc[4 * j + 2 * i] * inv[i], o_acc[4 * j + 2 * i + 1] * inv[i]);
         }
         if (row_ok && p.lse != nullptr && (lane & 3) == 0) p.lse[token * p.num_qo_heads + head] = lse2 * prims::kLn2;
       } else if (row_ok) {
-        if constexpr (HeadDim <= 128) store_partial_row(ra, i, inv);  // hd > 128: stored above
+        if constexpr (HeadDim <= 128) store_partial_row(ra, i, inv[i]);  // hd > 128: stored above
         if ((lane & 3) == 0) p.partial_lse[static_cast<int64_t>(w.partial_base) + ra] = lse2;
       }
     }
