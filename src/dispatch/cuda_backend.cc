@@ -143,6 +143,7 @@ void run_attention(const Plan& plan, const TensorView& q, const KVSource& kv, co
   p.o = o.data;
   p.o_stride_n = o.strides[0];
   p.o_stride_h = o.strides[1];
+  p.o_tokens = o.shape[0];
   p.lse = lse.defined() ? lse.ptr<float>() : nullptr;
   p.partial_o = plan.d_partial_o;
   p.partial_lse = plan.d_partial_lse;

@@ -228,8 +228,12 @@ struct Sm90Shape {
   static constexpr int kBarrierBytes = kWorkItemOffset + 64;
   // hd > 128: each consumer stages its O rows through 64 x 128 elements of its own (16 KB at
   // hd256), after the barriers, for 16-byte stores (attention_sm90.cuh's epilogue).
-  static constexpr int kOutStageCols = 128;
-  static constexpr int kOutStageBytes = HeadDim > 128 ? Cfg::kConsumers * 64 * kOutStageCols * kElemBytes : 0;
+  // hd64: each consumer's 64 x 64 O tile for the TMA store (attention_sm90.cuh), 1024-byte aligned
+  // for the 128-byte swizzle (hence the 1 KB slack).
+  static constexpr int kOutStageCols = HeadDim > 128 ? 128 : HeadDim;
+  static constexpr int kOutStageBytes = HeadDim > 128    ? Cfg::kConsumers * 64 * kOutStageCols * kElemBytes
+                                        : HeadDim == 64 ? Cfg::kConsumers * 64 * 64 * kElemBytes + 1024
+                                                        : 0;
   // Only items of at most this many keys (WorkItem kv_end - kv_begin: the request's keys, as only
   // unsplit items write O) take the staged epilogue; longer ones store straight from the
   // accumulators. Session 38 (perf-notes item 199): staged, hd256 16 x 1K and 8 x 2K gained

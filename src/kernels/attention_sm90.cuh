@@ -58,6 +58,8 @@ __device__ __forceinline__ int sw128_offset(int row, int chunk) {
 // rank 3, tokens).
 struct Sm90Tma {
   CUtensorMap k, v;
+  CUtensorMap o;  // hd64: O as {hd, head, token}, boxes of {64, group, 64 / group} (o_group > 0)
+  int o_group;    // 0: O stored from the registers; else the group size the O map's box was made for
   int enabled;    // 0: every tile by cp.async gathers
   int paged;      // 0: ragged {hd, head, token}; 1: {hd, ., ., page}; 2: one K/V head {hd, key, page}
   int token_dim;  // paged == 1: coordinate index (1 or 2) of the key within its page; the head is the other
@@ -363,6 +365,10 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
   // two consumers at hd64: with three (prefill_sm90_wide) and at hd128 the exponentials' turns
   // lost (perf-notes item 291).
   constexpr bool kExpTurns = HeadDim == 64 && Cfg::kConsumers == 2;
+  constexpr bool kTmaStoreO = HeadDim == 64;  // O by a TMA store where the item allows (epilogue)
+  // The consumers' O tiles (kTmaStoreO): after the barriers, aligned up to 1024 bytes.
+  const uint32_t o_stage =
+      (prims::smem_addr(reinterpret_cast<unsigned char*>(full_k) + Shape::kBarrierBytes) + 1023u) & ~1023u;
   constexpr uint32_t kTurnThreads = 256;
   constexpr int kConsumers = Cfg::kConsumers;  // two or three (Sm90Shape)
   const int cw = wg - 1;
@@ -693,6 +699,47 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o_acc[4 * j + 2 * i] * inv, o_acc[4 * j + 2 * i + 1] * inv);
     };
     const float inv[2] = {prims::inv_row_sum(dsum[0]), prims::inv_row_sum(dsum[1])};  // O's row factors
+    // hd64: where the warpgroup's 64 rows are whole (the request has them all) and the O map exists
+    // (the group divides 64, O's strides fit TMA), O leaves by one TMA store of the warpgroup's 64 x
+    // 64 tile: each warp stmatrix-es its 16 rows into the warpgroup's buffer in the map's 128-byte
+    // swizzle, then one thread issues the store (cuDNN's epilogue, perf-notes item 302: our quad
+    // transpose and per-row stores were about one tile's time an item). The buffer is reused one item
+    // later, once that thread has seen the last store read it. Named barrier 11 + cw: this warpgroup.
+    bool o_by_tma = false;
+    if constexpr (kTmaStoreO) {
+      o_by_tma = tma.o_group > 0 && w.partial_base < 0 && w.row_begin + wg_row0 + 64 <= rows;
+      if (o_by_tma) {
+        const uint32_t s_buf = o_stage + static_cast<uint32_t>(cw) * (64 * 64 * sizeof(T));
+        if (tid % 128 == 0) sm90::bulk_wait_read<0>();  // the last item's store has read the buffer
+        sm90::named_barrier_sync(11 + cw, 128);
+        // Lane l addresses row l % 8 of matrix l / 8: accumulator row half (l / 8) % 2 of 8-column
+        // block j + l / 16; row r's 16-byte chunk c sits at chunk c ^ (r % 8) (SWIZZLE_128B).
+        // From an opaque copy of the thread's index (an empty asm), as at hd256: from warp and lane
+        // themselves ptxas kept the four stmatrix addresses live across the tile loop (the 192-row
+        // kernel spilled them).
+        uint32_t x = tid % 128;
+        sm90::fence_operand(x);
+        const uint32_t r = x / 32 * 16 + ((x >> 3) & 1) * 8 + (x & 7), jb = (x >> 4) & 1;
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          uint32_t frag[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int jj = j + (k >> 1), i = k & 1;
+            frag[k] = prims::pack2<T>(o_acc[4 * jj + 2 * i] * inv[i], o_acc[4 * jj + 2 * i + 1] * inv[i]);
+          }
+          sm90::stmatrix_x4(s_buf + r * 128 + (((j + jb) ^ (r & 7)) << 4), frag);
+        }
+        sm90::fence_proxy_async_smem();  // the generic-proxy writes, before the TMA engine reads them
+        sm90::named_barrier_sync(11 + cw, 128);
+        if (tid % 128 == 0) {
+          uint32_t tok0, g0;  // g0 = 0: the rows start at a multiple of 64, which the group divides
+          p.group.divmod(w.row_begin + wg_row0, tok0, g0);
+          sm90::tma_store_3d(&tma.o, s_buf, 0, w.kv_head * group, static_cast<int>(w.qo_begin + tok0));
+          sm90::bulk_commit();
+        }
+      }
+    }
     // hd256: this item's O through shared memory (below). The same for the whole CTA (from the
     // item alone), so each warpgroup's named barriers there see all of its threads.
     const bool staged_o =
@@ -769,7 +816,9 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         const int64_t token = w.qo_begin + static_cast<int64_t>(tok);
         const int head = w.kv_head * group + g;
         T* dst = static_cast<T*>(p.o) + token * p.o_stride_n + head * p.o_stride_h;  // the row
-        if constexpr (HeadDim <= 128) {
+        if (o_by_tma) {
+          // stored above
+        } else if constexpr (HeadDim <= 128) {
 #pragma unroll
           for (int j4 = 0; j4 < HeadDim / 32; ++j4) {  // 8-column blocks 4 j4 .. 4 j4 + 3; this lane's: 4 j4 + lane % 4
             uint32_t word[4];
@@ -799,6 +848,8 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
       }
     }
   }
+  if constexpr (kTmaStoreO)
+    if (tid % 128 == 0) sm90::bulk_wait_read<0>();  // the CTA's shared memory outlives the last store's reads
 #else
   __trap();  // compiled for an architecture without wgmma; select_kernel never picks it there
 #endif
@@ -817,6 +868,42 @@ struct Sm90Prefill {
   // items, item 71) and, since the gathers copy whole 128-byte lines (item 113), at hd256 pages of
   // 8 and 16 keys (1.06-1.52x, item 115).
   static Sm90Tma make_tma(const AttentionParams& p) {
+    Sm90Tma t = make_kv_tma(p);
+    if constexpr (HeadDim == 64) add_o_map(p, t);
+    return t;
+  }
+
+  // hd64's O map for the epilogue's TMA store (o_group > 0): O as {hd, head, token} with a box of
+  // one item's 64 packed rows, {64, group, 64 / group}; only where the group divides 64 (a
+  // warpgroup's rows start at a multiple of 64, so they are whole tokens), O is 16-byte aligned
+  // and its head and token strides are multiples of 16 bytes, head before token. Its extent is O's
+  // own (o_tokens), so a box past O's end would be clipped; the kernel stores only boxes of rows
+  // its request has.
+  static void add_o_map(const AttentionParams& p, Sm90Tma& t) {
+    static const bool disabled = env_flag("GQATTN_DISABLE_TMA") || env_flag("GQATTN_DISABLE_TMA_STORE_O");
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = prims::tensor_map_encoder();
+    const uint32_t group = p.group.divisor;
+    const uint64_t es = sizeof(T);
+    const uint64_t head_stride = static_cast<uint64_t>(p.o_stride_h) * es, token_stride = static_cast<uint64_t>(p.o_stride_n) * es;
+    if (disabled || encode == nullptr || p.o == nullptr || p.num_qo_heads <= 0 || p.o_tokens <= 0 ||
+        p.o_tokens > 0x7fffffff || group == 0 || 64 % group != 0 ||
+        reinterpret_cast<uintptr_t>(p.o) % 16 != 0 || head_stride % 16 != 0 || token_stride % 16 != 0 ||
+        head_stride < HeadDim * es || token_stride < head_stride * static_cast<uint64_t>(p.num_qo_heads) ||
+        token_stride >= (uint64_t(1) << 40))
+      return;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(HeadDim), static_cast<cuuint64_t>(p.num_qo_heads),
+                                static_cast<cuuint64_t>(p.o_tokens)};
+    const cuuint64_t strides[2] = {head_stride, token_stride};
+    const cuuint32_t box[3] = {64, group, 64 / group};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUtensorMapDataType type =
+        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    if (encode(&t.o, type, 3, p.o, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS)
+      t.o_group = static_cast<int>(group);
+  }
+
+  static Sm90Tma make_kv_tma(const AttentionParams& p) {
     Sm90Tma t;
     std::memset(&t, 0, sizeof(t));
     static const bool tma_disabled = env_flag("GQATTN_DISABLE_TMA");  // read once per process

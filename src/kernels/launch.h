@@ -26,6 +26,7 @@ struct AttentionParams {
   int num_kv_heads = 0;
   void* o = nullptr;
   int64_t o_stride_n = 0, o_stride_h = 0;
+  int64_t o_tokens = 0;  // O's tokens (its shape[0]): the bounds of the hd64 TMA store's map; 0: no map
   float* lse = nullptr;  // optional, [tokens, num_qo_heads]
   float* partial_o = nullptr;
   float* partial_lse = nullptr;

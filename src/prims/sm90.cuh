@@ -129,6 +129,31 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// Four 8 x 8 matrices of 16-bit values from a warp's mma fragments to shared memory (stmatrix,
+// sm_90): r[k] is this lane's fragment of matrix k (row lane / 4, columns 2 (lane % 4) and + 1), and
+// lanes 8 k .. 8 k + 7 give the shared-state-space addresses of matrix k's rows 0..7 (16 bytes each).
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+// A TMA tile store from shared memory (box and swizzle from the tensor map) in the thread's bulk
+// async-group; the shared memory must stay untouched until bulk_wait_read says it was read (after
+// fence_proxy_async_smem by every thread that wrote it, and a barrier).
+__device__ __forceinline__ void tma_store_3d(const void* tmap, uint32_t smem, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(smem), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's committed bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
 // ---- warp uniformity --------------------------------------------------------------------------
 // Lane 0's value, through a shuffle: the compiler then treats it as the same in every lane. A loop
 // or branch on a plain shared-memory load counts as divergent, and everything after it loses the

@@ -855,6 +855,25 @@ TEST(GpuPrefill, OddLengthsAllGroupSizesRaggedAndPaged) {
   }
 }
 
+// hd64 over group sizes that divide 64 (1 .. 16: on sm_90 the epilogue's TMA store of O where a
+// warpgroup's 64 packed rows are whole) and ones that do not (3, 7: the register stores), ragged
+// and paged, causal and not; lengths whose last rows fill part of an item, and a request of none.
+TEST(GpuPrefill, GroupSizesAtHeadDim64) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 64)) GTEST_SKIP() << "head_dim 64 is not built";
+  uint64_t seed = 3400;
+  for (const Heads& h : {Heads{4, 4}, Heads{8, 4}, Heads{8, 2}, Heads{6, 2}, Heads{14, 2}, Heads{16, 2}, Heads{16, 1}}) {
+    for (int page_size : {0, 16}) {
+      for (bool causal : {true, false}) {
+        const std::vector<int32_t> len = {1, 17, 97, 0, 300, 256};
+        check_prefill(info.dtypes[0], h, 64, page_size, causal, seed % 2 ? KVLayout::kHND : KVLayout::kNHD, len, len, seed);
+        ++seed;
+      }
+    }
+  }
+}
+
 TEST(GpuPrefill, LongSequence2049) {
   GQ_REQUIRE_GPU();
   for (const Heads& h : {Heads{4, 4}, Heads{8, 1}}) {
