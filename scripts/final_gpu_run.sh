@@ -23,6 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export LOG_DIR=${LOG_DIR:-${OUT:-/tmp}/L}; mkdir -p "$LOG_DIR"
 save() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$LOG_DIR" . ; }
+export GPU_CHECK_TAR=  # its stages run gpu_check.sh, whose own tarball would repeat this one
 mode=${1:-verify}
 # A failed build ends the call: the stages after it would run no binary, or on a warm machine (which
 # keeps build-gpu) an earlier build's under this commit's name. Exits 1 when a stage failed.

@@ -159,8 +159,8 @@ if has e2e; then
 fi
 
 step "done (status $status)"
-# $OUT/${GPU_CHECK_TAR}.tgz (default logs.tgz); GPU_CHECK_TAR= (empty) writes none: device_plan.sh
-# tars its own log folder, and this one's logs.tgz had overwritten final_gpu_run.sh's earlier in the
-# same call (session 68: a prefill table lost).
-if [ -n "${OUT:-}" ] && [ -n "${GPU_CHECK_TAR-logs}" ]; then tar czf "$OUT/${GPU_CHECK_TAR-logs}.tgz" -C "$LOG_DIR" . ; fi
+# $OUT/${GPU_CHECK_TAR}.tgz (default gpu_check.tgz, never final_gpu_run.sh's logs.tgz: in sessions 68
+# and 69 a later gpu_check.sh in the same call overwrote it and a prefill table was lost);
+# GPU_CHECK_TAR= (empty) writes none: device_plan.sh and final_gpu_run.sh tar their own log folders.
+if [ -n "${OUT:-}" ] && [ -n "${GPU_CHECK_TAR-gpu_check}" ]; then tar czf "$OUT/${GPU_CHECK_TAR-gpu_check}.tgz" -C "$LOG_DIR" . ; fi
 exit $status
