@@ -713,7 +713,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
         if (tid % 128 == 0) sm90::bulk_wait_read<0>();  // the last item's store has read the buffer
         sm90::named_barrier_sync(11 + cw, 128);
         // Lane l addresses row l % 8 of matrix l / 8: accumulator row half (l / 8) % 2 of 8-column
-        // block j + l / 16; row r's 16-byte chunk c sits at chunk c ^ (r % 8) (SWIZZLE_128B).
+        // block j + l / 16, at its place in the map's 128-byte swizzle (sw128_offset, as the K/V tiles).
         // From an opaque copy of the thread's index (an empty asm), as at hd256: from warp and lane
         // themselves ptxas kept the four stmatrix addresses live across the tile loop (the 192-row
         // kernel spilled them).
@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(AttnShape<F, HeadDim>::kThreads, 1)
             const int jj = j + (k >> 1), i = k & 1;
             frag[k] = prims::pack2<T>(o_acc[4 * jj + 2 * i] * inv[i], o_acc[4 * jj + 2 * i + 1] * inv[i]);
           }
-          sm90::stmatrix_x4(s_buf + r * 128 + (((j + jb) ^ (r & 7)) << 4), frag);
+          sm90::stmatrix_x4(s_buf + sizeof(T) * sw128_offset<64>(r, j + jb), frag);
         }
         sm90::fence_proxy_async_smem();  // the generic-proxy writes, before the TMA engine reads them
         sm90::named_barrier_sync(11 + cw, 128);
