@@ -162,5 +162,6 @@ step "done (status $status)"
 # $OUT/${GPU_CHECK_TAR}.tgz (default gpu_check.tgz, never final_gpu_run.sh's logs.tgz: in sessions 68
 # and 69 a later gpu_check.sh in the same call overwrote it and a prefill table was lost);
 # GPU_CHECK_TAR= (empty) writes none: device_plan.sh and final_gpu_run.sh tar their own log folders.
-if [ -n "${OUT:-}" ] && [ -n "${GPU_CHECK_TAR-gpu_check}" ]; then tar czf "$OUT/${GPU_CHECK_TAR-gpu_check}.tgz" -C "$LOG_DIR" . ; fi
+tar_name=${GPU_CHECK_TAR-gpu_check}
+if [ -n "${OUT:-}" ] && [ -n "$tar_name" ]; then tar czf "$OUT/$tar_name.tgz" -C "$LOG_DIR" . ; fi
 exit $status
