@@ -68,6 +68,8 @@ def decode_plan(
     kv_page_indices: Sequence[int] = ...,
     num_pages: int = -1,
     stream: int = 0,
+    graph_per_split: bool = False,
+    fixed_split_size: int = 0,
 ) -> Plan: ...
 def prefill_plan(
     workspace: Optional[Any],
@@ -85,6 +87,8 @@ def prefill_plan(
     kv_page_indices: Sequence[int] = ...,
     num_pages: int = -1,
     stream: int = 0,
+    graph_per_split: bool = False,
+    fixed_split_size: int = 0,
 ) -> Plan: ...
 def decode_run(
     plan: Plan,

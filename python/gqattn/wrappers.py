@@ -185,6 +185,9 @@ def _sm_scale(sm_scale: Optional[float]) -> float:
         raise TypeError(f"sm_scale: expected a float, got {type(sm_scale).__name__}") from None
     if value == 0.0:
         raise ValueError("sm_scale (0) must be nonzero (None means 1/sqrt(head_dim))")
+    # The library takes a float32, where 0 means the default: a value that rounds to 0 there is an error.
+    if abs(value) <= 2.0**-150:  # half the smallest float32 subnormal, which rounds to even 0
+        raise ValueError(f"sm_scale ({value}) rounds to 0 in float32 (None means 1/sqrt(head_dim))")
     return value
 
 
@@ -517,12 +520,14 @@ def decode(
     num_kv_heads, page_size = _pool_dims(k_pages, kv_layout, "k_pages")
     indptr = _host_ints(kv_page_indptr, "kv_page_indptr")
     batch = max(len(indptr) - 1, 0)
-    if batch == 0 or tokens % batch != 0:
+    if batch == 0 and tokens != 0:
+        raise ValueError(f"q: {tokens} tokens but kv_page_indptr holds no request")
+    if batch > 0 and tokens % batch != 0:
         raise ValueError(f"q: {tokens} tokens are not a whole number of tokens for each of {batch} requests")
     workspace = _workspace_for(q)
     wrapper = DecodeWrapper(workspace)
     wrapper.plan(indptr, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
-                 qo_len=tokens // batch, dtype=_tensor_dtype(q), kv_layout=kv_layout, stream=stream)
+                 qo_len=tokens // batch if batch > 0 else 1, dtype=_tensor_dtype(q), kv_layout=kv_layout, stream=stream)
     result = wrapper.run(q, k_pages, v_pages, kv_page_indptr, kv_page_indices, kv_last_page_len, out=out,
                          return_lse=return_lse, sm_scale=sm_scale, stream=stream)
     _release_after(workspace, stream)

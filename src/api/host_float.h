@@ -83,12 +83,24 @@ inline double load_as_double(const void* base, DType dtype, int64_t idx) {
   return 0.0;
 }
 
-// Stores `value` rounded to `dtype` (to nearest even; through float, which for bf16 and fp16 is
-// still correctly rounded because float has more than 2p + 2 mantissa bits).
+// `value` rounded to float toward zero, with the last mantissa bit set where that lost anything
+// ("round to odd"). Rounded again to a format of at most 22 mantissa bits (bf16, fp16), to nearest
+// even, this gives what rounding `value` once would: a plain float(value) first could round up to a
+// tie of the second rounding (1 + 2^-11 + 2^-24 became fp16 1.0, not 1 + 2^-10).
+inline float double_to_float_odd(double value) {
+  const float f = float(value);  // to nearest even
+  if (value != value || double(f) == value) return f;
+  uint32_t u = detail::float_bits(f);
+  if ((double(f) < 0 ? -double(f) : double(f)) > (value < 0 ? -value : value)) --u;  // toward zero
+  return detail::bits_float(u | 1u);
+}
+
+// Stores `value` rounded to `dtype`, to nearest even (once: bf16 and fp16 through
+// double_to_float_odd).
 inline void store_from_double(void* base, DType dtype, int64_t idx, double value) {
   switch (dtype) {
-    case DType::kBF16: static_cast<uint16_t*>(base)[idx] = float_to_bf16(float(value)); return;
-    case DType::kFP16: static_cast<uint16_t*>(base)[idx] = float_to_fp16(float(value)); return;
+    case DType::kBF16: static_cast<uint16_t*>(base)[idx] = float_to_bf16(double_to_float_odd(value)); return;
+    case DType::kFP16: static_cast<uint16_t*>(base)[idx] = float_to_fp16(double_to_float_odd(value)); return;
     case DType::kFP32: static_cast<float*>(base)[idx] = float(value); return;
     case DType::kInt32: static_cast<int32_t*>(base)[idx] = int32_t(value); return;
   }

@@ -3,6 +3,7 @@
 // Layer: src/api (host-only). Reads index tensors only when they live on the CPU.
 #include "api/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -29,7 +30,7 @@ struct DimSpec {
 std::string shape_str(const TensorView& t) {
   std::ostringstream os;
   os << '[';
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.shape[d];
+  for (int d = 0; d < t.ndim && d < kMaxDims; ++d) os << (d ? ", " : "") << t.shape[d];
   os << ']';
   return os.str();
 }
@@ -37,7 +38,7 @@ std::string shape_str(const TensorView& t) {
 std::string strides_str(const TensorView& t) {
   std::ostringstream os;
   os << '[';
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.strides[d];
+  for (int d = 0; d < t.ndim && d < kMaxDims; ++d) os << (d ? ", " : "") << t.strides[d];
   os << ']';
   return os.str();
 }
@@ -67,6 +68,26 @@ std::string device_str(Device device, int device_id) {
   return device == Device::kCUDA ? detail::concat("cuda:", device_id) : std::string("cpu");
 }
 
+// The element count and every element's offset fit in int64 with room to spare (2^62 bytes): the
+// count decides whether a null pointer is allowed, the offsets are what the kernels compute. A
+// shape whose product wraps would otherwise pass as empty.
+void check_extent(const TensorView& t, const std::string& arg) {
+  constexpr int64_t kMaxBytes = int64_t(1) << 62;
+  const int64_t elem = std::max<int64_t>(1, int64_t(dtype_size(t.dtype)));
+  int64_t count = 1, reach = 0;
+  bool empty = false;
+  for (int d = 0; d < t.ndim; ++d) empty = empty || t.shape[d] == 0;
+  for (int d = 0; d < t.ndim && !empty; ++d) {
+    const int64_t n = t.shape[d];
+    const int64_t stride = t.strides[d] < 0 ? -t.strides[d] : t.strides[d];
+    const bool fits = t.strides[d] > -kMaxBytes && count <= kMaxBytes / elem / n &&
+                      (n == 1 || stride <= (kMaxBytes / elem - reach) / (n - 1));
+    GQ_CHECK(fits, arg, ": shape ", shape_str(t), " with strides ", strides_str(t), " spans more than 2^62 bytes");
+    count *= n;
+    reach += stride * (n - 1);
+  }
+}
+
 void check_shape(const TensorView& t, const std::string& arg, std::initializer_list<DimSpec> dims) {
   GQ_CHECK(t.defined(), arg, ": not given (undefined tensor); expected ", spec_names(dims));
   GQ_CHECK(t.ndim <= kMaxDims, arg, ": ", t.ndim, " dims, more than a TensorView holds (", kMaxDims, ")");
@@ -80,6 +101,7 @@ void check_shape(const TensorView& t, const std::string& arg, std::initializer_l
              spec_names(dims), " = ", spec_values(dims), ")");
     ++d;
   }
+  check_extent(t, arg);
 }
 
 void check_dtype(const TensorView& t, const std::string& arg, DType expected, const char* why) {
@@ -154,6 +176,31 @@ bool same_view(const TensorView& a, const TensorView& b) {
   return true;
 }
 
+// Whether two elements of t may share an address: its dims of size > 1, from the smallest |stride| up,
+// must each step past everything the smaller ones reach (a sufficient test for distinct elements,
+// met by every layout made by slicing, permuting or padding a contiguous tensor).
+bool self_overlapping(const TensorView& t) {
+  int64_t stride[kMaxDims], size[kMaxDims];
+  int n = 0;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] <= 1) continue;
+    stride[n] = t.strides[d] < 0 ? -t.strides[d] : t.strides[d];
+    size[n++] = t.shape[d];
+  }
+  for (int i = 1; i < n; ++i) {  // insertion sort by |stride|
+    for (int j = i; j > 0 && stride[j] < stride[j - 1]; --j) {
+      std::swap(stride[j], stride[j - 1]);
+      std::swap(size[j], size[j - 1]);
+    }
+  }
+  int64_t reach = 0;  // the largest offset the smaller dims reach
+  for (int i = 0; i < n; ++i) {
+    if (stride[i] <= reach) return true;
+    reach += stride[i] * (size[i] - 1);
+  }
+  return false;
+}
+
 // Outputs must not share memory with each other or with an input: a later read would see a
 // value already written, or two writes would land on one element. The one exception is o = q (the
 // same view): each row of q is read before its row of o is written, by the same thread (CPU) or
@@ -186,6 +233,8 @@ void check_outputs(std::initializer_list<Named> outputs, const Inputs& inputs, c
       GQ_CHECK(t.shape[d] <= 1 || t.strides[d] != 0, out->name, ": dim ", d,
                " has stride 0 (a broadcast view of ", shape_str(t), "); an output needs distinct elements");
     }
+    GQ_CHECK(t.numel() == 0 || !self_overlapping(t), out->name, ": strides ", strides_str(t), " for shape ",
+             shape_str(t), " give two elements one address; an output needs distinct elements");
     for (auto other = out + 1; other != outputs.end(); ++other) check_apart(*out, *other, false);
     for (const Named& in : inputs) check_apart(*out, in, out->view == o && in.view == q);
   }
@@ -240,6 +289,8 @@ void check_qo(const TensorView& t, const std::string& arg, const Plan& plan) {
 
 void check_lse(const TensorView& lse, const std::string& arg, int64_t tokens, int64_t heads,
                const char* heads_name, Device device, int device_id, const char* reference) {
+  GQ_CHECK(lse.defined() || lse.data == nullptr, arg, ": 0 dims but a data pointer; expected [tokens, ",
+           heads_name, "] or no tensor (data null and 0 dims)");
   if (!lse.defined()) return;
   check_shape(lse, arg, {{"tokens", tokens}, {heads_name, heads}});
   check_dtype(lse, arg, DType::kFP32, " (log-sum-exp is fp32)");
@@ -324,11 +375,14 @@ void check_pools(const PagedKV& kv, const std::string& name, DType dtype, bool d
   }
   GQ_CHECK(kv.v_pages.defined(), v, ": not given (undefined tensor); expected the shape of ", k, " ",
            shape_str(kv.k_pages));
-  bool same_shape = kv.v_pages.ndim == kv.k_pages.ndim;
-  bool same_strides = same_shape;
-  for (int d = 0; same_shape && d < kv.k_pages.ndim; ++d) {
+  GQ_CHECK(kv.v_pages.ndim == kv.k_pages.ndim, v, ": ", kv.v_pages.ndim, " dims, expected ", kv.k_pages.ndim,
+           " (the shape of ", k, " ", shape_str(kv.k_pages), ")");
+  // A dim of size 1 is only ever indexed at 0: its stride may differ (a pool of one K/V head viewed
+  // from HND as NHD).
+  bool same_shape = true, same_strides = true;
+  for (int d = 0; d < kv.k_pages.ndim; ++d) {
     same_shape = same_shape && kv.v_pages.shape[d] == kv.k_pages.shape[d];
-    same_strides = same_strides && kv.v_pages.strides[d] == kv.k_pages.strides[d];
+    same_strides = same_strides && (kv.k_pages.shape[d] <= 1 || kv.v_pages.strides[d] == kv.k_pages.strides[d]);
   }
   GQ_CHECK(same_shape, v, ": shape ", shape_str(kv.v_pages), " differs from ", k, " ",
            shape_str(kv.k_pages));
@@ -404,8 +458,8 @@ void check_ragged(const RaggedKV& kv, const std::string& name, const Plan& plan)
                         {"head_dim", plan.head_dim}});
   check_shape(kv.v, v, {{"kv_tokens", kv.k.shape[0]}, {"num_kv_heads", plan.num_kv_heads},
                         {"head_dim", plan.head_dim}});
-  for (int d = 0; d < 3; ++d) {
-    GQ_CHECK(kv.v.strides[d] == kv.k.strides[d], v, ": strides ", strides_str(kv.v),
+  for (int d = 0; d < 3; ++d) {  // a dim of size 1 is only ever indexed at 0
+    GQ_CHECK(kv.k.shape[d] <= 1 || kv.v.strides[d] == kv.k.strides[d], v, ": strides ", strides_str(kv.v),
              " differ from ", k, " strides ", strides_str(kv.k),
              " (the kernels address K and V with one set of strides)");
   }
@@ -441,6 +495,9 @@ void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
   GQ_CHECK(in.num_kv_heads > 0, "num_kv_heads (", in.num_kv_heads, ") must be > 0");
   GQ_CHECK(in.num_qo_heads % in.num_kv_heads == 0, "num_qo_heads (", in.num_qo_heads,
            ") must be divisible by num_kv_heads (", in.num_kv_heads, ")");
+  GQ_CHECK(in.dtype == DType::kBF16 || in.dtype == DType::kFP16 || in.dtype == DType::kFP32 ||
+               in.dtype == DType::kInt32,
+           "dtype: unknown dtype value ", int(in.dtype));
   GQ_CHECK(in.dtype != DType::kInt32, "dtype: int32 is not an attention dtype (bf16 or fp16; fp32 on the CPU)");
   GQ_CHECK(cpu || in.dtype != DType::kFP32,
            "dtype: fp32 runs on the CPU backend only; the GPU kernels take bf16 or fp16");

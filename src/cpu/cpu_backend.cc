@@ -13,10 +13,13 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "api/host_float.h"
+#include "gqattn/error.h"
 
 namespace gqattn::cpu {
 
@@ -122,17 +125,19 @@ struct Scratch {
 
 // fn(task, scratch) for tasks 0 .. num_tasks - 1, claimed in order by `threads` threads (the
 // calling one among them). Every output row is written by one task in a fixed order, so the
-// results do not depend on the thread count.
-template <typename Fn>
-void run_tasks(size_t num_tasks, size_t threads, const Fn& fn) {
+// results do not depend on the thread count. Each thread's scratch is allocated by prepare(scratch)
+// before any task runs: a call too large for the host's memory throws before it writes anything.
+template <typename Prepare, typename Fn>
+void run_tasks(size_t num_tasks, size_t threads, const Prepare& prepare, const Fn& fn) {
   threads = std::max<size_t>(1, std::min(threads, num_tasks));
+  std::vector<Scratch> scratch(threads);
+  for (Scratch& s : scratch) prepare(s);
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto worker = [&] {
+  auto worker = [&](Scratch& own) {
     try {
-      Scratch scratch;
-      for (size_t t = next++; t < num_tasks; t = next++) fn(t, scratch);
+      for (size_t t = next++; t < num_tasks; t = next++) fn(t, own);
     } catch (...) {
       next = num_tasks;
       const std::lock_guard<std::mutex> lock(error_mutex);
@@ -146,12 +151,12 @@ void run_tasks(size_t num_tasks, size_t threads, const Fn& fn) {
   pool.reserve(threads);  // no reallocation (which could throw) once a thread runs
   for (size_t i = 1; i < threads; ++i) {
     try {
-      pool.emplace_back(worker);
+      pool.emplace_back(worker, std::ref(scratch[i]));
     } catch (...) {
       break;
     }
   }
-  worker();
+  worker(scratch[0]);
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);
 }
@@ -175,7 +180,21 @@ void attend(const Plan& plan, const TensorView& q, const TensorView& o, const Te
   const size_t threads = work < kParallelWork ? 1
                          : static_cast<size_t>(std::max(1.0, std::min(double(cpu_threads()), kScratchBytes / std::max(scratch_bytes, 1.0))));
 
-  run_tasks(tasks.size(), threads, [&](size_t index, Scratch& s) {
+  // Each thread's buffers at their largest: the longest request's K/V in float64, a block's rows.
+  auto prepare = [&](Scratch& s) {
+    try {
+      s.kv.k.reserve(size_t(longest) * size_t(head_dim));
+      s.kv.v.reserve(size_t(longest) * size_t(head_dim));
+      s.logits.reserve(size_t(kBlockRows) * size_t(longest));
+      s.q.reserve(size_t(kBlockRows * head_dim));
+      s.acc.reserve(size_t(kBlockRows * head_dim));
+    } catch (const std::exception&) {  // std::bad_alloc, or std::length_error past max_size()
+      throw Error(detail::concat("the CPU backend could not allocate ", int64_t(scratch_bytes),
+                                 " bytes of float64 K/V for a request of ", int64_t(longest),
+                                 " keys (it copies each request's K/V of one head as float64); nothing was written"));
+    }
+  };
+  run_tasks(tasks.size(), threads, prepare, [&](size_t index, Scratch& s) {
     const Task& task = tasks[index];
     if (s.b != task.b || s.g != task.g) {
       gather(task.b, task.g, s.kv);

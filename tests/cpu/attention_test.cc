@@ -217,6 +217,51 @@ TEST(Equivalence, InterleavedKvPoolThroughStrides) {
   EXPECT_EQ(compare(got.o, ref.o).max_abs, 0.0);
 }
 
+// One K/V head: the heads dim has size 1 and is only ever indexed at 0, so V's stride there may
+// differ from K's (a one-head pool viewed from HND as NHD): accepted, the same results.
+TEST(Equivalence, SizeOneDimStridesMayDifferBetweenKAndV) {
+  Problem p;
+  p.num_qo_heads = 4;
+  p.num_kv_heads = 1;
+  p.head_dim = 32;
+  p.dtype = DType::kBF16;
+  p.qo_len = {3, 2};
+  p.kv_len = {19, 6};
+  p.causal = true;
+  const Inputs in = make_inputs(p);
+  const int page_size = 4;
+  PagedKVHost paged = make_paged_kv(in.k, in.v, p.kv_len, page_size, KVLayout::kNHD, 3);
+  PlanInputs pi = plan_inputs(p, page_size, paged.table.kv_page_indptr, paged.table.kv_last_page_len);
+  pi.qo_indptr = in.qo_indptr;
+  const Plan plan = prefill_plan(pi, Workspace{});
+  HostTensor qo_indptr = HostTensor::from_int32(in.qo_indptr);
+  Output got = make_output(p, in.qo_indptr.back()), ref = make_output(p, in.qo_indptr.back());
+  PrefillArgs args;
+  args.q = in.q.view();
+  args.qo_indptr = qo_indptr.view();
+  args.causal = true;
+  args.paged = paged.view();
+  args.o = ref.o.view();
+  prefill_run(plan, args);
+  args.paged.v_pages.strides[2] = 12345;  // NHD [pages, page_size, 1, head_dim]
+  args.o = got.o.view();
+  prefill_run(plan, args);
+  EXPECT_EQ(compare(got.o, ref.o).max_abs, 0.0);
+
+  RaggedKVHost ragged = make_ragged_kv(in.k, in.v, p.kv_len);
+  PlanInputs ri = plan_inputs(p, 0, in.kv_indptr, {});
+  ri.qo_indptr = in.qo_indptr;
+  const Plan rplan = prefill_plan(ri, Workspace{});
+  PrefillArgs rargs = args;
+  rargs.paged = PagedKV{};
+  rargs.ragged = ragged.view();
+  rargs.ragged.v.strides[1] = 7;  // [kv_tokens, 1, head_dim]
+  Output rgot = make_output(p, in.qo_indptr.back());
+  rargs.o = rgot.o.view();
+  prefill_run(rplan, rargs);
+  EXPECT_EQ(compare(rgot.o, ref.o).max_abs, 0.0);
+}
+
 // ---- strided q / o / lse -----------------------------------------------------------------------
 
 TEST(Strides, PaddedRowsOfQOAndLse) {

@@ -109,5 +109,35 @@ TEST(HostFloat, LoadStoreByDtype) {
   EXPECT_EQ(f[0], -std::numeric_limits<float>::infinity());
 }
 
+// Rounded once from double: a value just above a tie of the target format must not round to the
+// tie in float first (1 + 2^-11 + 2^-24 is fp16 1 + 2^-10, not 1.0).
+TEST(HostFloat, StoreFromDoubleRoundsOnce) {
+  uint16_t h = 0;
+  store_from_double(&h, DType::kFP16, 0, 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -24));
+  EXPECT_EQ(h, 0x3C01);
+  store_from_double(&h, DType::kFP16, 0, -(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)));
+  EXPECT_EQ(h, 0xBC01);
+  store_from_double(&h, DType::kFP16, 0, 1.0 + std::ldexp(1.0, -11));  // the tie itself: to even
+  EXPECT_EQ(h, 0x3C00);
+  store_from_double(&h, DType::kBF16, 0, 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30));
+  EXPECT_EQ(h, 0x3F81);
+  store_from_double(&h, DType::kBF16, 0, 1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -30));
+  EXPECT_EQ(h, 0x3F80);
+  store_from_double(&h, DType::kBF16, 0, std::ldexp(1.0, -134) + std::ldexp(1.0, -160));  // subnormal
+  EXPECT_EQ(h, 0x0001);
+  store_from_double(&h, DType::kBF16, 0, 1e300);  // past float: inf
+  EXPECT_EQ(h, 0x7F80);
+  store_from_double(&h, DType::kFP16, 0, 65519.99);  // below fp16's rounding boundary to inf
+  EXPECT_EQ(h, 0x7BFF);
+  store_from_double(&h, DType::kFP16, 0, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(h & 0x7C00, 0x7C00);
+  EXPECT_NE(h & 0x03FF, 0);
+  // Exact values stay exact.
+  for (const double v : {0.0, -0.0, 1.0, -2.5, 65504.0, std::ldexp(1.0, -24)}) {
+    store_from_double(&h, DType::kFP16, 0, v);
+    EXPECT_EQ(load_as_double(&h, DType::kFP16, 0), v);
+  }
+}
+
 }  // namespace
 }  // namespace gqattn

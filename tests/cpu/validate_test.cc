@@ -97,6 +97,9 @@ TEST(ValidatePlan, AttentionDtypes) {
   EXPECT_NO_THROW(validate_plan_inputs(in, true));  // the CPU takes fp32
   in.device = Device::kCUDA;
   expect_rejected([&] { validate_plan_inputs(in, true); }, {"dtype: fp32", "CPU backend only"});
+  in.device = Device::kCPU;
+  in.dtype = static_cast<DType>(7);  // not a DType: its element size would be 0, its stores nothing
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"dtype: unknown dtype value 7"});
 }
 
 TEST(ValidatePlan, DecodePageSizeZero) {
@@ -441,6 +444,12 @@ TEST_F(DecodeRun, VPoolStridesDiffer) {
   expect_rejected_untouched({"kv.v_pages: strides", "differ from kv.k_pages"});
 }
 
+// A view with more dims than k_pages: named, and its shape never read past the TensorView's arrays.
+TEST_F(DecodeRun, VPoolMoreDims) {
+  args.kv.v_pages.ndim = kMaxDims + 1;
+  expect_rejected_untouched({"kv.v_pages: 5 dims, expected 4"});
+}
+
 TEST_F(DecodeRun, VPoolShapeDiffers) {
   args.kv.v_pages.shape[0] -= 1;
   expect_rejected_untouched({"kv.v_pages: shape", "differs from kv.k_pages"});
@@ -532,6 +541,28 @@ TEST_F(DecodeRun, LseOverlapsOutput) {
 TEST_F(DecodeRun, BroadcastOutput) {
   args.o.strides[0] = 0;
   expect_rejected_untouched({"o: dim 0 has stride 0", "an output needs distinct elements"});
+}
+
+// Rows that share memory without a zero stride: each token's heads start one head row apart, as do
+// the tokens, so token 1's head h is token 0's head h + 1.
+TEST_F(DecodeRun, OutputRowsShareMemory) {
+  args.o.strides[0] = 64;
+  args.o.strides[1] = 64;
+  expect_rejected_untouched({"o: strides [64, 64, 1] for shape [2, 8, 64] give two elements one address"});
+}
+
+// A 0-d lse with a data pointer is a mistake, not "no lse" (data null and 0 dims).
+TEST_F(DecodeRun, LseZeroDimsWithData) {
+  args.lse.ndim = 0;
+  expect_rejected_untouched({"lse: 0 dims but a data pointer"});
+}
+
+// A shape whose element count wraps int64 (to 0 here: 2^58 x 4 x 2 x 64 = 2^68) is rejected, not
+// taken as empty (which would let a null pointer through).
+TEST_F(DecodeRun, ShapeSpansMoreThanMemory) {
+  args.kv.k_pages.shape[0] = int64_t(1) << 58;
+  args.kv.v_pages.shape[0] = int64_t(1) << 58;
+  expect_rejected_untouched({"kv.k_pages: shape [288230376151711744, 4, 2, 64]", "spans more than 2^62 bytes"});
 }
 
 TEST_F(DecodeRun, OutputNotGiven) {

@@ -108,6 +108,16 @@ def test_functional_decode_matches_wrapper():
     np.testing.assert_array_equal(out, wrapper.run(q, *args))
 
 
+def test_functional_decode_of_no_request_is_empty():
+    q = np.zeros((0, 8, 64), np.float32)
+    pages = np.zeros((1, 4, 2, 64), np.float32)
+    none = np.zeros(0, np.int32)
+    out = gqattn.decode(q, pages, pages.copy(), np.array([0], np.int32), none, none)
+    assert out.shape == (0, 8, 64)
+    with pytest.raises(ValueError, match=r"^q: 2 tokens but kv_page_indptr holds no request"):
+        gqattn.decode(np.zeros((2, 8, 64), np.float32), pages, pages.copy(), np.array([0], np.int32), none, none)
+
+
 def test_plan_reused_across_layers():
     """One plan per step, one run per layer: each layer's pools give that layer's reference."""
     rng = np.random.default_rng(6)
