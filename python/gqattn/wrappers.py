@@ -132,7 +132,10 @@ def _stream_int(stream: Any, device: Tuple[str, int]) -> int:
         for attr in ("cuda_stream", "ptr"):
             if hasattr(stream, attr):
                 return int(getattr(stream, attr))
-        return _int(stream, "stream", 64)
+        value = _int(stream, "stream", 64)
+        if value < 0:  # a cudaStream_t is an address: the extension takes it unsigned
+            raise ValueError(f"stream ({value}) must be >= 0 (a CUDA stream handle, 0 the default stream)")
+        return value
     if device[0] != "cuda":
         return 0
     torch = _torch_module()

@@ -71,6 +71,7 @@ def untouched(*arrays):
     (lambda c: {"sm_scale": float("nan")}, ValueError, r"^sm_scale \(nan\) must be finite"),
     (lambda c: {"sm_scale": 0.0}, ValueError, r"^sm_scale \(0\) must be nonzero"),
     (lambda c: {"sm_scale": 1e-50}, ValueError, r"^sm_scale \(1e-50\) rounds to 0 in float32"),
+    (lambda c: {"stream": -1}, ValueError, r"^stream \(-1\) must be >= 0"),
     (lambda c: {"sm_scale": "x"}, TypeError, r"^sm_scale: expected a float, got str"),
 ])
 def test_decode_run_rejects(decode_case, override, error, pattern):
