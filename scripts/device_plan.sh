@@ -33,7 +33,8 @@
 # landed, items 285 and 287's rejected; ph ran in session 65: item 294; ip ran in session 67 (its
 # hd64 and turn-only patches): items 300-301, item 299's three patches deleted; so ran in session 68:
 # items 302-303, item 303's patch deleted; fe ran in session 68: items 304-305, item 302's patch landed,
-# the two exp2 patches deleted; ts ran in session 69: item 307, item 306's patch landed.)
+# the two exp2 patches deleted; ts ran in session 69: item 307, item 306's patch landed; hx ran in
+# session 70: item 308, its patch rejected.)
 #   pe    the engine's decode step per kernel, ncu (profile_engine.sh): MHA and MQA at ~180 tokens
 #         of context, MHA at ~730 (~200 s)
 #   land  scripts/final_gpu_run.sh land, after a landing (~400 s)
@@ -66,11 +67,6 @@
 #         two-consumer hd64 kernel's tile loop, CTA 0's consumer warp 0 of each warpgroup, read
 #         back under GQATTN_DIAG_PHASES), six hd64 rows on that kernel; phases.txt: the median
 #         cycles a tile of each phase, a line a row and warpgroup (a build of hd64 bf16, ~60 s)
-#   hx    item 308: wip/sm90-half-exp-hd64.patch (the two-consumer hd64 kernel skips the
-#         exponentials of a tile's second half where none of a warpgroup's rows sees a key there:
-#         aligned causal MHA's consumer 0 in every item's last tile) against main on the hd64 rows
-#         of prefill_exp_turns.csv (ABBA), its GPU tests, synccheck and the racecheck of
-#         GpuPrefill.ManyItemsPerCta (a build of hd 64 bf16 a tree, ~200 s)
 #   check (no GPU; ctest `device_plan_ready`): every wip/*.patch applies to this tree (stacked ones
 #         on the patch below them), and every sweep and GPU test the steps name exists (each pattern
 #         of gpu_check.sh's and wip_check.sh's gtest filters too), so a change to main that breaks a
@@ -78,7 +74,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|hx|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -385,12 +381,8 @@ PY
     done
     cat "$L/phases.txt"
     ;;
-  hx)
-    LOG_DIR=$L/W WIP_HEAD_DIMS="64" WIP_SWEEP_DIMS="64" WIP_SWEEP_FILE=bench/sweeps/ab/prefill_exp_turns.csv \
-      scripts/wip_check.sh ${HX_PATCHES:-wip/sm90-half-exp-hd64.patch@@@GpuPrefill.ManyItemsPerCta}
-    ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, hx, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
     exit 2
     ;;
 esac
