@@ -266,6 +266,12 @@ const Renames& paged_prefill_renames() {
                             {std::regex("\\bpaged\\."), ""}};
   return r;
 }
+// decode_plan's page indptr is kv_page_indptr in Python (PlanInputs::kv_indptr in C++).
+const Renames& decode_plan_renames() {
+  static const Renames r = {{std::regex("\\bkv_indptr \\(page indptr\\)"), "kv_page_indptr"},
+                            {std::regex("\\bkv_indptr\\b"), "kv_page_indptr"}};
+  return r;
+}
 const Renames& ragged_prefill_renames() {
   static const Renames r = {{std::regex("^o:"), "out:"}, {std::regex("\\bragged\\."), ""}};
   return r;
@@ -342,7 +348,9 @@ NB_MODULE(_C, m) {
                                     std::move(kv_page_indices), num_pages, enable_cuda_graph, max_num_splits,
                                     graph_per_split, fixed_split_size);
         in.qo_len = qo_len;
-        return decode_plan(in, ws, as_stream(stream));
+        Plan plan;
+        call_renamed(decode_plan_renames(), [&] { plan = decode_plan(in, ws, as_stream(stream)); });
+        return plan;
       },
       "workspace"_a.none(), "kv_page_indptr"_a, "kv_last_page_len"_a, "num_qo_heads"_a, "num_kv_heads"_a,
       "head_dim"_a, "page_size"_a, "qo_len"_a = 1, "dtype"_a = "bf16", "enable_cuda_graph"_a = false,
