@@ -84,6 +84,18 @@ bool accepts(Accept accept, DType dtype) {
 
 std::string python_type_name(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
 
+// Why obj is not taken as a DLPack tensor: its type, and for a numpy array in the other byte order
+// (which DLPack cannot describe) how to convert it.
+std::string not_a_tensor(nb::handle obj) {
+  std::string why = python_type_name(obj);
+  if (nb::hasattr(obj, "dtype") && nb::hasattr(obj.attr("dtype"), "byteorder")) {
+    nb::object order = obj.attr("dtype").attr("byteorder");
+    if (nb::isinstance<nb::str>(order) && nb::cast<std::string>(order) == ">")
+      why += " in big-endian byte order (DLPack holds native order: a.astype(a.dtype.newbyteorder('=')))";
+  }
+  return why;
+}
+
 // Holds the imported arrays of one call, so that the views' pointers stay valid until it returns.
 class Tensors {
  public:
@@ -114,7 +126,7 @@ class Tensors {
           throw nb::type_error(detail::concat(arg, ": must be writable (it is an output), got a read-only ",
                                               python_type_name(obj)).c_str());
         throw nb::type_error(detail::concat(arg, ": expected a DLPack tensor (torch, numpy, cupy, jax), got ",
-                                            python_type_name(obj)).c_str());
+                                            not_a_tensor(obj)).c_str());
       }
       dt = a.dtype(); ndim = int(a.ndim()); shape = a.shape_ptr(); strides = a.stride_ptr();
       device_type = a.device_type(); v.device_id = a.device_id(); v.data = a.data();
@@ -123,7 +135,7 @@ class Tensors {
       ReadOnlyArray a;
       if (!nb::try_cast(obj, a, false))
         throw nb::type_error(detail::concat(arg, ": expected a DLPack tensor (torch, numpy, cupy, jax), got ",
-                                            python_type_name(obj)).c_str());
+                                            not_a_tensor(obj)).c_str());
       dt = a.dtype(); ndim = int(a.ndim()); shape = a.shape_ptr(); strides = a.stride_ptr();
       device_type = a.device_type(); v.device_id = a.device_id();
       v.data = const_cast<void*>(static_cast<const void*>(a.data()));
@@ -255,11 +267,13 @@ const char* device_str(Device d) { return d == Device::kCUDA ? "cuda" : "cpu"; }
 using Renames = std::vector<std::pair<std::regex, std::string>>;
 
 const Renames& decode_renames() {
-  static const Renames r = {{std::regex("^o:"), "out:"}, {std::regex("\\bkv\\."), ""}};
+  static const Renames r = {{std::regex("^o:"), "out:"}, {std::regex("\\(o is "), "(out is "},
+                            {std::regex("\\bkv\\."), ""}};
   return r;
 }
 const Renames& paged_prefill_renames() {
   static const Renames r = {{std::regex("^o:"), "out:"},
+                            {std::regex("\\(o is "), "(out is "},
                             {std::regex("\\bpaged\\.k_pages\\b"), "k"},
                             {std::regex("\\bpaged\\.v_pages\\b"), "v"},
                             {std::regex("\\bpaged\\.kv_page_indptr\\b"), "kv_indptr"},
@@ -273,7 +287,8 @@ const Renames& decode_plan_renames() {
   return r;
 }
 const Renames& ragged_prefill_renames() {
-  static const Renames r = {{std::regex("^o:"), "out:"}, {std::regex("\\bragged\\."), ""}};
+  static const Renames r = {{std::regex("^o:"), "out:"}, {std::regex("\\(o is "), "(out is "},
+                            {std::regex("\\bragged\\."), ""}};
   return r;
 }
 
