@@ -77,10 +77,14 @@ ModelConfig tiny() {
 
 }  // namespace
 
+// Counted in double (exact below 2^53 parameters) and saturated: a config.json may hold sizes whose
+// product passes int64, which must still fail the size checks, not wrap past them.
 int64_t ModelConfig::num_params() const {
-  const int64_t h = hidden_size;
-  const int64_t per_layer = h * qkv_size() + int64_t(q_size()) * h + 3 * h * intermediate_size + 2 * h;
-  return 2 * int64_t(vocab_size) * h + num_layers * per_layer + h;
+  const double h = hidden_size;
+  const double per_layer = h * qkv_size() + double(q_size()) * h + 3 * h * intermediate_size + 2 * h;
+  const double total = 2 * double(vocab_size) * h + double(num_layers) * per_layer + h;
+  constexpr int64_t kMaxParams = INT64_MAX / 8;  // bytes at up to 8 a parameter still fit in int64
+  return total >= double(kMaxParams) ? kMaxParams : int64_t(total);
 }
 
 int64_t ModelConfig::streamed_weight_bytes(int bytes_per_param) const {

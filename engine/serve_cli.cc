@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -87,6 +88,12 @@ using cli::parse_double;
 using cli::parse_int;
 using cli::parse_int64;
 using cli::UsageError;
+
+// A path flag's value: empty (--weights=$UNSET) is an error, not "no path".
+std::string parse_path(const std::string& flag, const std::string& value) {
+  if (value.empty()) throw UsageError{flag + ": empty path"};
+  return value;
+}
 
 // GQATTN_PROFILE_STEPS=FIRST[:COUNT] (default COUNT 2): the bench's steps FIRST .. FIRST + COUNT - 1
 // (from 0, every step counted) run inside the profiler's window, for `ncu --profile-from-start off`
@@ -202,7 +209,7 @@ Options parse_args(int argc, char** argv) {
     }
     if (flag == "--device") opt.device = parse_choice(flag, value, {"auto", "cpu", "cuda"});
     else if (flag == "--seed") opt.seed = uint64_t(parse_int64(flag, value, 0, INT64_MAX));
-    else if (flag == "--weights") opt.weights = value;
+    else if (flag == "--weights") opt.weights = parse_path(flag, value);
     else if (flag == "--page-size") opt.page_size = parse_int(flag, value, 1);
     else if (flag == "--kv-layout") opt.kv_layout = cli::parse_kv_layout(flag, value);
     else if (flag == "--cuda-graph") opt.cuda_graph = parse_bool01(flag, value);
@@ -214,13 +221,18 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--prompt-len") { opt.prompt_len = parse_int(flag, value, 1); opt.prompt_len_given = true; }
     else if (flag == "--output-len") { opt.output_len = parse_int(flag, value, 1); opt.output_len_given = true; }
     else if (flag == "--kv-pool-gib") opt.kv_pool_gib = parse_positive(flag, value);
-    else if (flag == "--csv") opt.csv = value;
+    else if (flag == "--csv") opt.csv = parse_path(flag, value);
     else if (flag == "--max-num-seqs") opt.max_num_seqs = parse_int(flag, value, 1);
     else if (flag == "--max-num-batched-tokens") opt.max_num_batched_tokens = parse_int(flag, value, 1);
     else if (flag == "--bandwidth-gbps") opt.bandwidth_gbps = parse_positive(flag, value);
     else if (flag == "--prompt") opt.prompt = parse_token_list(flag, value);
     else if (flag == "--max-new-tokens") opt.max_new_tokens = parse_int(flag, value, 1);
-    else if (flag == "--temperature") opt.temperature = float(parse_double(flag, value, 0));
+    else if (flag == "--temperature") {
+      const double t = parse_double(flag, value, 0);
+      if (t > double(std::numeric_limits<float>::max()))
+        throw UsageError{"--temperature: " + value + " is past the float range the sampler takes"};
+      opt.temperature = float(t);
+    }
     else if (flag == "--top-k") opt.top_k = parse_int(flag, value);
     else if (flag == "--top-p") {
       opt.top_p = float(parse_double(flag, value, 0));

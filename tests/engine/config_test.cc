@@ -2,7 +2,9 @@
 // Layer: tests (label cpu).
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "config.h"
 #include "gqattn/error.h"
@@ -25,6 +27,22 @@ TEST(ModelConfig, Llama2SevenBHasItsPublishedSize) {
 TEST(ModelConfig, Llama3EightBHasItsPublishedSize) {
   EXPECT_EQ(model_config("llama3-8b").num_params(), 8030261248);
   EXPECT_EQ(model_config("llama3.1-8b").num_params(), 8030261248);
+}
+
+// Sizes a config.json may hold whose parameter count passes int64 (3 x 65536^2 x 715827883 layers):
+// saturated, so the CPU path's size check still fails instead of seeing a wrapped negative count.
+TEST(ModelConfig, ParameterCountSaturatesInsteadOfWrapping) {
+  ModelConfig c = model_config("tiny");
+  c.hidden_size = 65536;
+  c.intermediate_size = 65536;
+  c.num_layers = 715827883;
+  c.num_qo_heads = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = 2;
+  c.vocab_size = 1;
+  EXPECT_EQ(c.num_params(), INT64_MAX / 8);
+  c.num_layers = 100;  // within range: the exact count
+  EXPECT_EQ(c.num_params(), 2 * 65536 + 100 * (65536 * 6 + 2 * 65536 + 3 * int64_t(65536) * 65536 + 2 * 65536) + 65536);
 }
 
 TEST(ModelConfig, RejectsUnknownModelsAndHeadCounts) {
