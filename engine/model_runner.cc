@@ -5,6 +5,8 @@
 #include <climits>
 #include <map>
 
+#include <unistd.h>
+
 #include "gqattn/error.h"
 #include "step_attention.h"
 
@@ -17,6 +19,14 @@ constexpr int kSmallBuckets[] = {1, 2, 4, 8};
 constexpr int kBucketStep = 8;
 
 constexpr double kGiB = double(int64_t(1) << 30);
+
+// The host's physical memory: what the CPU path's explicit sizes (--kv-pool-gib, the step buffers
+// that --max-num-batched-tokens and --max-num-seqs size) are checked against, so that a size
+// past it fails naming its flag, not as the allocator's bare "cannot allocate".
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 && pages <= INT64_MAX / page ? int64_t(pages) * page : INT64_MAX;
+}
 
 }  // namespace
 
@@ -233,6 +243,16 @@ void ModelRunner::allocate_buffers() {
   const ModelConfig& m = config_.model;
   Compute& c = *compute_;
   const DType act = c.act_dtype();
+  const int64_t t = max_tokens_, s = max_batch_, h = m.hidden_size, f = m.intermediate_size;
+  if (c.device() == Device::kCPU) {
+    const double act_bytes = double(dtype_size(act));
+    const double bytes = double(t) * (4.0 * h + act_bytes * (3.0 * h + m.qkv_size() + m.q_size() + 3.0 * f)) +
+                         double(s) * (act_bytes * h + 4.0 * m.vocab_size);
+    const int64_t host = host_memory_bytes();
+    GQ_CHECK(bytes <= double(host), "--max-num-batched-tokens (", config_.max_num_batched_tokens,
+             ") / --max-num-seqs (", config_.max_num_seqs, "): the step's buffers need ", bytes / kGiB,
+             " GiB, more than the host's ", double(host) / kGiB, " GiB of memory");
+  }
   auto buf = std::make_unique<Buffers>();
   const auto tensor = [&](std::initializer_list<int64_t> shape, DType dtype) {
     int64_t n = 1;
@@ -240,7 +260,6 @@ void ModelRunner::allocate_buffers() {
     memory_.push_back(c.alloc(size_t(n) * dtype_size(dtype)));
     return view_of(memory_.back().data(), shape, dtype, c);
   };
-  const int64_t t = max_tokens_, s = max_batch_, h = m.hidden_size, f = m.intermediate_size;
   buf->residual = tensor({t, h}, DType::kFP32);
   buf->normed = tensor({t, h}, act);
   buf->qkv = tensor({t, m.qkv_size()}, act);
@@ -277,8 +296,8 @@ void ModelRunner::allocate_pool() {
   page_bytes_ = 2 * int64_t(m.num_layers) * page_elems * int64_t(dtype_size(act));
   int64_t pages = 0;
   const bool cuda = c.device() == Device::kCUDA;
-  const int64_t free = cuda ? int64_t(c.free_bytes()) : INT64_MAX;
-  const int64_t usable = cuda ? free - kCudaMemoryMarginBytes : INT64_MAX;
+  const int64_t free = cuda ? int64_t(c.free_bytes()) : host_memory_bytes();
+  const int64_t usable = cuda ? free - kCudaMemoryMarginBytes : free;
   if (config_.num_pages > 0) {
     pages = config_.num_pages;
   } else if (config_.kv_pool_gib > 0) {
@@ -286,6 +305,8 @@ void ModelRunner::allocate_pool() {
     GQ_CHECK(config_.kv_pool_gib * kGiB < 0x1p62, "--kv-pool-gib: ", config_.kv_pool_gib,
              " GiB is more than any pool can hold");
     const int64_t bytes = int64_t(config_.kv_pool_gib * kGiB);
+    GQ_CHECK(cuda || bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib, " GiB is more than the host's ",
+             double(usable) / kGiB, " GiB of memory");
     GQ_CHECK(bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib, " GiB does not fit: ", double(free) / kGiB,
              " GiB of device memory are free after the weights (", double(weight_bytes_) / kGiB,
              " GiB) and buffers, of which ", double(kCudaMemoryMarginBytes) / kGiB,
@@ -302,7 +323,8 @@ void ModelRunner::allocate_pool() {
            page_bytes_, " bytes over ", m.num_layers, " layers",
            cuda ? detail::concat("; ", double(free) / kGiB, " GiB free") : "", ")");
   GQ_CHECK(pages * page_bytes_ <= usable, "--kv-pool-gib: ", pages, " pages (", double(pages * page_bytes_) / kGiB,
-           " GiB) do not fit in ", double(std::max<int64_t>(usable, 0)) / kGiB, " GiB of free device memory");
+           " GiB) do not fit in ", double(std::max<int64_t>(usable, 0)) / kGiB,
+           cuda ? " GiB of free device memory" : " GiB of host memory");
   num_pages_ = int(pages);
   memory_.push_back(c.alloc(size_t(pages * page_bytes_)));
   char* base = static_cast<char*>(memory_.back().data());
