@@ -244,41 +244,42 @@ void ModelRunner::allocate_buffers() {
   Compute& c = *compute_;
   const DType act = c.act_dtype();
   const int64_t t = max_tokens_, s = max_batch_, h = m.hidden_size, f = m.intermediate_size;
+  auto buf = std::make_unique<Buffers>();
+  // Every step buffer once: [rows, cols], or [rows] where cols is 0.
+  struct Spec {
+    TensorView* view;
+    int64_t rows, cols;
+    DType dtype;
+  };
+  constexpr DType kI32 = DType::kInt32;
+  const Spec specs[] = {
+      {&buf->residual, t, h, DType::kFP32}, {&buf->normed, t, h, act},
+      {&buf->qkv, t, m.qkv_size(), act},    {&buf->attn, t, m.q_size(), act},
+      {&buf->delta, t, h, act},             {&buf->gate_up, t, 2 * f, act},
+      {&buf->mlp, t, f, act},               {&buf->last_hidden, s, h, act},
+      {&buf->logits, s, m.vocab_size, DType::kFP32},
+      {&buf->tokens_out, s, 0, kI32},       {&buf->token_ids, t, 0, kI32},
+      {&buf->positions, t, 0, kI32},        {&buf->batch_indices, t, 0, kI32},
+      {&buf->sample_rows, s, 0, kI32},      {&buf->kv_page_indptr, s + 1, 0, kI32},
+      {&buf->kv_last_page_len, s, 0, kI32}, {&buf->prefill_qo_indptr, s + 1, 0, kI32},
+      {&buf->prefill_kv_page_indptr, s + 1, 0, kI32},
+      {&buf->kv_page_indices, max_step_pages_, 0, kI32},
+  };
   if (c.device() == Device::kCPU) {
-    const double act_bytes = double(dtype_size(act));
-    const double bytes = double(t) * (4.0 * h + act_bytes * (3.0 * h + m.qkv_size() + m.q_size() + 3.0 * f)) +
-                         double(s) * (act_bytes * h + 4.0 * m.vocab_size);
+    double bytes = 0;
+    for (const Spec& b : specs) bytes += double(b.rows) * double(std::max<int64_t>(b.cols, 1)) * double(dtype_size(b.dtype));
     const int64_t host = host_memory_bytes();
     GQ_CHECK(bytes <= double(host), "--max-num-batched-tokens (", config_.max_num_batched_tokens,
              ") / --max-num-seqs (", config_.max_num_seqs, "): the step's buffers need ", bytes / kGiB,
              " GiB, more than the host's ", double(host) / kGiB, " GiB of memory");
   }
-  auto buf = std::make_unique<Buffers>();
   const auto tensor = [&](std::initializer_list<int64_t> shape, DType dtype) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     memory_.push_back(c.alloc(size_t(n) * dtype_size(dtype)));
     return view_of(memory_.back().data(), shape, dtype, c);
   };
-  buf->residual = tensor({t, h}, DType::kFP32);
-  buf->normed = tensor({t, h}, act);
-  buf->qkv = tensor({t, m.qkv_size()}, act);
-  buf->attn = tensor({t, m.q_size()}, act);
-  buf->delta = tensor({t, h}, act);
-  buf->gate_up = tensor({t, 2 * f}, act);
-  buf->mlp = tensor({t, f}, act);
-  buf->last_hidden = tensor({s, h}, act);
-  buf->logits = tensor({s, m.vocab_size}, DType::kFP32);
-  buf->tokens_out = tensor({s}, DType::kInt32);
-  buf->token_ids = tensor({t}, DType::kInt32);
-  buf->positions = tensor({t}, DType::kInt32);
-  buf->batch_indices = tensor({t}, DType::kInt32);
-  buf->sample_rows = tensor({s}, DType::kInt32);
-  buf->kv_page_indptr = tensor({s + 1}, DType::kInt32);
-  buf->kv_last_page_len = tensor({s}, DType::kInt32);
-  buf->prefill_qo_indptr = tensor({s + 1}, DType::kInt32);
-  buf->prefill_kv_page_indptr = tensor({s + 1}, DType::kInt32);
-  buf->kv_page_indices = tensor({max_step_pages_}, DType::kInt32);
+  for (const Spec& b : specs) *b.view = b.cols > 0 ? tensor({b.rows, b.cols}, b.dtype) : tensor({b.rows}, b.dtype);
 
   const std::vector<double> inv_freq = rope_inv_freq(m);
   std::vector<float> inv_freq_f(inv_freq.begin(), inv_freq.end());
@@ -305,12 +306,13 @@ void ModelRunner::allocate_pool() {
     GQ_CHECK(config_.kv_pool_gib * kGiB < 0x1p62, "--kv-pool-gib: ", config_.kv_pool_gib,
              " GiB is more than any pool can hold");
     const int64_t bytes = int64_t(config_.kv_pool_gib * kGiB);
-    GQ_CHECK(cuda || bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib, " GiB is more than the host's ",
-             double(usable) / kGiB, " GiB of memory");
-    GQ_CHECK(bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib, " GiB does not fit: ", double(free) / kGiB,
-             " GiB of device memory are free after the weights (", double(weight_bytes_) / kGiB,
-             " GiB) and buffers, of which ", double(kCudaMemoryMarginBytes) / kGiB,
-             " GiB stay free for the runtime; at most ", std::max(0.0, double(usable) / kGiB), " GiB");
+    GQ_CHECK(bytes <= usable, "--kv-pool-gib: ", config_.kv_pool_gib,
+             !cuda ? detail::concat(" GiB is more than the host's ", double(usable) / kGiB, " GiB of memory")
+                   : detail::concat(" GiB does not fit: ", double(free) / kGiB,
+                                    " GiB of device memory are free after the weights (", double(weight_bytes_) / kGiB,
+                                    " GiB) and buffers, of which ", double(kCudaMemoryMarginBytes) / kGiB,
+                                    " GiB stay free for the runtime; at most ", std::max(0.0, double(usable) / kGiB),
+                                    " GiB"));
     pages = bytes / page_bytes_;
   } else {
     // Room for every request at its longest at once, within what the device leaves.
