@@ -300,6 +300,9 @@ void ModelRunner::allocate_pool() {
   const int64_t free = cuda ? int64_t(c.free_bytes()) : host_memory_bytes();
   const int64_t usable = cuda ? free - kCudaMemoryMarginBytes : free;
   if (config_.num_pages > 0) {
+    // Page ids are int32 (the attention API's page tables); the sizes below are capped there.
+    GQ_CHECK(config_.num_pages <= INT32_MAX, "num_pages: ", config_.num_pages,
+             " pages are more than int32 page ids can name (", INT32_MAX, ")");
     pages = config_.num_pages;
   } else if (config_.kv_pool_gib > 0) {
     // Checked as a double first: converting a value past INT64_MAX to int64_t is undefined.

@@ -27,7 +27,7 @@ struct RunnerConfig {
   std::string attention = "gqattn";
   int page_size = 16;
   KVLayout kv_layout = KVLayout::kNHD;  // the K/V pools' layout (LayerCache)
-  int64_t num_pages = 0;          // > 0: exactly this many pages
+  int64_t num_pages = 0;          // > 0: exactly this many pages (at most INT32_MAX: int32 page ids)
   double kv_pool_gib = 0;         // > 0: a pool of this size. With num_pages also 0: room for
                                   // max_num_seqs requests of max_model_len tokens, capped by free
                                   // memory (CUDA) or kDefaultCpuPoolBytes (CPU)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ostream>
 
 #include "engine_test_util.h"
@@ -274,6 +275,9 @@ TEST(Engine, ConfigurationErrorsNameTheFlag) {
   rc.num_pages = 0;
   rc.kv_pool_gib = 1e-9;
   EXPECT_NE(message([&] { test::make_runner(rc); }).find("--kv-pool-gib"), std::string::npos);
+  rc = test::tiny_runner_config();
+  rc.num_pages = int64_t(INT32_MAX) + 1;  // exactly this many: past what int32 page ids name
+  EXPECT_NE(message([&] { test::make_runner(rc); }).find("num_pages"), std::string::npos);
 }
 
 // The steps the runner plans at start-up (probe_step_plans), seen through a backend that records
