@@ -324,8 +324,10 @@ void ModelRunner::allocate_pool() {
     pages = std::min(wanted, (cuda ? usable : kDefaultCpuPoolBytes) / page_bytes_);
   }
   pages = std::min<int64_t>(pages, INT32_MAX);
-  GQ_CHECK(pages >= 1, "--kv-pool-gib: the K/V pool holds no page (one page of ", config_.page_size, " tokens is ",
-           page_bytes_, " bytes over ", m.num_layers, " layers",
+  // Without a pool size the page size is what was asked for (generate has no --kv-pool-gib).
+  GQ_CHECK(pages >= 1, config_.kv_pool_gib > 0 ? "--kv-pool-gib" : "--page-size",
+           ": the K/V pool holds no page (one page of ", config_.page_size, " tokens is ", page_bytes_,
+           " bytes over ", m.num_layers, " layers",
            cuda ? detail::concat("; ", double(free) / kGiB, " GiB free") : "", ")");
   GQ_CHECK(pages * page_bytes_ <= usable, "--kv-pool-gib: ", pages, " pages (", double(pages * page_bytes_) / kGiB,
            " GiB) do not fit in ", double(std::max<int64_t>(usable, 0)) / kGiB,

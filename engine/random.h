@@ -16,6 +16,13 @@ using prims::mix64;
 using prims::random_bits;
 using prims::uniform01;
 
+// The streams under one seed, each independent of the others: the random weights take their tensor
+// ids (small integers), the bench's random prompts kPromptStream + request index, and sampling
+// kSampleStream + request id (it took the bare request id, so request r's draws were the bits of
+// weight tensor r).
+constexpr uint64_t kPromptStream = 0x70726f6d7074ull;  // "prompt"
+constexpr uint64_t kSampleStream = 0x73616d706c65ull;  // "sample"
+
 // Uniform in [-1, 1) on a grid of 2^-23: exact in float, so the host and the GPU agree bit for bit.
 GQ_HOST_DEVICE float uniform_pm1(uint64_t bits) {
   return static_cast<float>(static_cast<int32_t>(bits >> 40) - (1 << 23)) * (1.0f / (1 << 23));

@@ -74,7 +74,7 @@ int32_t sample(const float* logits, int vocab_size, const SamplingParams& params
                int64_t output_index) {
   const Candidates c = sampling_candidates(logits, vocab_size, params);
   if (c.tokens.size() == 1) return c.tokens[0];
-  const double u = uniform01(random_bits(params.seed, uint64_t(request_id), uint64_t(output_index)));
+  const double u = uniform01(random_bits(params.seed, kSampleStream + uint64_t(request_id), uint64_t(output_index)));
   double cumulative = 0;
   for (size_t i = 0; i < c.tokens.size(); ++i) {
     cumulative += c.probs[i];

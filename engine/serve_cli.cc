@@ -36,8 +36,6 @@ constexpr int kCpuRequests = 4, kCpuPromptLen = 8, kCpuOutputLen = 16;
 constexpr int kDefaultBatchedTokens = 8192;
 constexpr double kProgressSeconds = 0.25;
 constexpr double kGiB = double(int64_t(1) << 30);
-// Random prompts draw their tokens from this stream of random.h.
-constexpr uint64_t kPromptStream = 0x70726f6d7074ull;
 
 constexpr const char* kUsage = R"(gqattn-serve: a Llama-architecture serving engine on gqattn's paged KV cache.
 
@@ -153,7 +151,9 @@ std::vector<int32_t> parse_token_list(const std::string& flag, const std::string
   std::istringstream is(value);
   std::string item;
   while (std::getline(is, item, ',')) out.push_back(int32_t(parse_int64(flag, item, 0, INT32_MAX)));
-  if (out.empty()) throw UsageError{flag + ": expected comma-separated token ids, got '" + value + "'"};
+  // getline drops a last empty item, which ",," and ",1" would reject.
+  if (out.empty() || value.back() == ',')
+    throw UsageError{flag + ": expected comma-separated token ids, got '" + value + "'"};
   return out;
 }
 
@@ -231,6 +231,8 @@ Options parse_args(int argc, char** argv) {
       const double t = parse_double(flag, value, 0);
       if (t > double(std::numeric_limits<float>::max()))
         throw UsageError{"--temperature: " + value + " is past the float range the sampler takes"};
+      if (t > 0 && float(t) == 0.f)  // would be greedy (temperature 0) without a word
+        throw UsageError{"--temperature: " + value + " rounds to 0 in float (0 means greedy; pass 0 for that)"};
       opt.temperature = float(t);
     }
     else if (flag == "--top-k") opt.top_k = parse_int(flag, value);

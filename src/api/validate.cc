@@ -19,7 +19,8 @@ namespace gqattn {
 
 namespace {
 
-constexpr int64_t kAny = -1;
+// No size is this (a -1 from a hand-made plan must not read as "any size").
+constexpr int64_t kAny = INT64_MIN;
 
 // One expected dimension: its name in messages and its size (kAny: any size).
 struct DimSpec {
@@ -64,6 +65,10 @@ std::string spec_values(std::initializer_list<DimSpec> dims) {
   return os.str();
 }
 
+void check_known_device(Device device, const char* arg) {
+  GQ_CHECK(device == Device::kCPU || device == Device::kCUDA, arg, ": unknown device value ", int(device));
+}
+
 std::string device_str(Device device, int device_id) {
   return device == Device::kCUDA ? detail::concat("cuda:", device_id) : std::string("cpu");
 }
@@ -79,9 +84,9 @@ void check_extent(const TensorView& t, const std::string& arg) {
   for (int d = 0; d < t.ndim; ++d) empty = empty || t.shape[d] == 0;
   for (int d = 0; d < t.ndim && !empty; ++d) {
     const int64_t n = t.shape[d];
-    const int64_t stride = t.strides[d] < 0 ? -t.strides[d] : t.strides[d];
-    const bool fits = t.strides[d] > -kMaxBytes && count <= kMaxBytes / elem / n &&
-                      (n == 1 || stride <= (kMaxBytes / elem - reach) / (n - 1));
+    // |stride|, clamped before the negation (-INT64_MIN overflows); a dim of size 1 never uses it.
+    const int64_t stride = t.strides[d] <= -kMaxBytes ? kMaxBytes : t.strides[d] < 0 ? -t.strides[d] : t.strides[d];
+    const bool fits = count <= kMaxBytes / elem / n && (n == 1 || stride <= (kMaxBytes / elem - reach) / (n - 1));
     GQ_CHECK(fits, arg, ": shape ", shape_str(t), " with strides ", strides_str(t), " spans more than 2^62 bytes");
     count *= n;
     reach += stride * (n - 1);
@@ -124,10 +129,19 @@ void check_device(const TensorView& t, const std::string& arg, Device device, in
            device_str(device, device_id));
 }
 
-// Data pointer present and last dimension contiguous.
+// The data pointer aligned to the dtype, on every device (the CPU backend loads whole elements).
+void check_elem_aligned(const TensorView& t, const std::string& arg) {
+  const auto address = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t elem = std::max<uintptr_t>(1, dtype_size(t.dtype));
+  GQ_CHECK(address % elem == 0, arg, ": data pointer is not aligned to its dtype ", dtype_name(t.dtype), " (address % ",
+           elem, " = ", address % elem, ")");
+}
+
+// Data pointer present and aligned, last dimension contiguous.
 void check_memory(const TensorView& t, const std::string& arg) {
   GQ_CHECK(t.data != nullptr || t.numel() == 0, arg, ": data pointer is null but the tensor holds ",
            t.numel(), " elements");
+  check_elem_aligned(t, arg);
   GQ_CHECK(t.last_dim_contiguous(), arg, ": last dimension must be contiguous (stride 1), got strides ",
            strides_str(t), " for shape ", shape_str(t));
 }
@@ -273,6 +287,7 @@ void check_index(const TensorView& t, const std::string& arg, const char* dim_na
   check_device(t, arg, device, device_id, reference);
   GQ_CHECK(t.data != nullptr || t.numel() == 0, arg, ": data pointer is null but the tensor holds ",
            t.numel(), " elements");
+  check_elem_aligned(t, arg);
   GQ_CHECK(t.shape[0] <= 1 || t.strides[0] == 1, arg, ": must be contiguous (stride 1), got stride ",
            t.strides[0]);
 }
@@ -318,6 +333,31 @@ void check_indptr(const std::vector<int32_t>& indptr, const char* what) {
   }
 }
 
+// The scalar fields of a problem, as plan() checks them in its inputs and run() in a plan (which
+// may be hand-made): `field` prefixes each field's name ("" or "plan."), `hint` ends each message.
+void check_problem(Device device, int device_id, int64_t num_qo_heads, int64_t num_kv_heads, DType dtype,
+                   int64_t head_dim, int64_t page_size, bool is_decode, const char* field, const char* hint) {
+  const bool cpu = device == Device::kCPU;
+  GQ_CHECK(cpu || device == Device::kCUDA, field, "device: unknown device value ", int(device), hint);
+  GQ_CHECK(cpu || device_id >= 0, field, "device_id (", device_id, ") must be >= 0", hint);
+  GQ_CHECK(num_qo_heads > 0, field, "num_qo_heads (", num_qo_heads, ") must be > 0", hint);
+  GQ_CHECK(num_kv_heads > 0, field, "num_kv_heads (", num_kv_heads, ") must be > 0", hint);
+  GQ_CHECK(num_qo_heads % num_kv_heads == 0, field, "num_qo_heads (", num_qo_heads,
+           ") must be divisible by num_kv_heads (", num_kv_heads, ")", hint);
+  GQ_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16 || dtype == DType::kFP32 || dtype == DType::kInt32, field,
+           "dtype: unknown dtype value ", int(dtype), hint);
+  GQ_CHECK(dtype != DType::kInt32, field, "dtype: int32 is not an attention dtype (bf16 or fp16; fp32 on the CPU)",
+           hint);
+  GQ_CHECK(cpu || dtype != DType::kFP32, field,
+           "dtype: fp32 runs on the CPU backend only; the GPU kernels take bf16 or fp16", hint);
+  GQ_CHECK(head_dim >= 1, field, "head_dim (", head_dim, ") must be >= 1", hint);
+  GQ_CHECK(!cpu || head_dim <= kCpuMaxHeadDim, field, "head_dim (", head_dim, ") must be in [1, ", kCpuMaxHeadDim,
+           "] on the CPU", hint);
+  GQ_CHECK(page_size >= 0, field, "page_size (", page_size, ") must be >= 1 (paged) or 0 (ragged)", hint);
+  GQ_CHECK(!is_decode || page_size >= 1, field, "page_size (", page_size, ") must be >= 1: decode reads paged K/V",
+           hint);
+}
+
 // A plan as plan() returns it: the host vectors agree with batch, qo_indptr keeps the rows
 // within total_qo, kv lengths are >= 0 and the query heads are whole groups per K/V head (guards
 // hand-made plans: the CPU backend divides by num_kv_heads and reads kv_len keys of a request).
@@ -333,8 +373,8 @@ void check_plan(const Plan& plan) {
   for (int b = 0; b < plan.batch; ++b) {
     GQ_CHECK(plan.kv_len[b] >= 0, "plan.kv_len[", b, "] (", plan.kv_len[b], ") is negative", kMadeBy);
   }
-  GQ_CHECK(plan.num_kv_heads > 0 && plan.num_qo_heads % plan.num_kv_heads == 0, "plan: num_kv_heads (",
-           plan.num_kv_heads, ") must be > 0 and divide num_qo_heads (", plan.num_qo_heads, ")", kMadeBy);
+  check_problem(plan.device, plan.device_id, plan.num_qo_heads, plan.num_kv_heads, plan.dtype, plan.head_dim,
+                plan.page_size, plan.is_decode, "plan.", kMadeBy);
 }
 
 // The GPU kernels fold the scale into the exponent as a positive factor, so a negative one is
@@ -366,6 +406,8 @@ void check_pools(const PagedKV& kv, const std::string& name, DType dtype, bool d
                  int device_id, const char* reference) {
   const std::string k = name + ".k_pages";
   const std::string v = name + ".v_pages";
+  GQ_CHECK(kv.layout == KVLayout::kNHD || kv.layout == KVLayout::kHND, name, ".layout: unknown layout value ",
+           int(kv.layout));
   if (kv.layout == KVLayout::kHND) {
     check_shape(kv.k_pages, k, {{"num_pages", kAny}, {"num_kv_heads", num_kv_heads},
                                 {"page_size", page_size}, {"head_dim", head_dim}});
@@ -489,24 +531,8 @@ void check_ragged(const RaggedKV& kv, const std::string& name, const Plan& plan)
 
 void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
   const bool cpu = in.device == Device::kCPU;
-  GQ_CHECK(cpu || in.device == Device::kCUDA, "device: unknown device value ", int(in.device));
-  GQ_CHECK(cpu || in.device_id >= 0, "device_id (", in.device_id, ") must be >= 0");
-  GQ_CHECK(in.num_qo_heads > 0, "num_qo_heads (", in.num_qo_heads, ") must be > 0");
-  GQ_CHECK(in.num_kv_heads > 0, "num_kv_heads (", in.num_kv_heads, ") must be > 0");
-  GQ_CHECK(in.num_qo_heads % in.num_kv_heads == 0, "num_qo_heads (", in.num_qo_heads,
-           ") must be divisible by num_kv_heads (", in.num_kv_heads, ")");
-  GQ_CHECK(in.dtype == DType::kBF16 || in.dtype == DType::kFP16 || in.dtype == DType::kFP32 ||
-               in.dtype == DType::kInt32,
-           "dtype: unknown dtype value ", int(in.dtype));
-  GQ_CHECK(in.dtype != DType::kInt32, "dtype: int32 is not an attention dtype (bf16 or fp16; fp32 on the CPU)");
-  GQ_CHECK(cpu || in.dtype != DType::kFP32,
-           "dtype: fp32 runs on the CPU backend only; the GPU kernels take bf16 or fp16");
-  GQ_CHECK(in.head_dim >= 1, "head_dim (", in.head_dim, ") must be >= 1");
-  GQ_CHECK(!cpu || in.head_dim <= kCpuMaxHeadDim, "head_dim (", in.head_dim,
-           ") must be in [1, ", kCpuMaxHeadDim, "] on the CPU");
-  GQ_CHECK(in.page_size >= 0, "page_size (", in.page_size, ") must be >= 1 (paged) or 0 (ragged)");
-  GQ_CHECK(!is_decode || in.page_size >= 1, "page_size (", in.page_size,
-           ") must be >= 1: decode reads paged K/V");
+  check_problem(in.device, in.device_id, in.num_qo_heads, in.num_kv_heads, in.dtype, in.head_dim, in.page_size,
+                is_decode, "", "");
   GQ_CHECK(in.max_num_splits >= 0, "max_num_splits (", in.max_num_splits,
            ") must be >= 0 (0: the planner decides)");
   GQ_CHECK(in.fixed_split_size >= 0, "fixed_split_size (", in.fixed_split_size,
@@ -603,8 +629,8 @@ void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
 }
 
 void validate_decode_args(const Plan& plan, const DecodeArgs& args) {
-  check_plan(plan);
   GQ_CHECK(plan.is_decode, "plan: made by prefill_plan; decode_run needs a plan from decode_plan");
+  check_plan(plan);
   check_scale(args.sm_scale);
   check_qo(args.q, "q", plan);
   check_qo(args.o, "o", plan);
@@ -619,8 +645,8 @@ void validate_decode_args(const Plan& plan, const DecodeArgs& args) {
 }
 
 void validate_prefill_args(const Plan& plan, const PrefillArgs& args) {
-  check_plan(plan);
   GQ_CHECK(!plan.is_decode, "plan: made by decode_plan; prefill_run needs a plan from prefill_plan");
+  check_plan(plan);
   GQ_CHECK(args.causal == plan.causal, "causal: prefill_run was called with causal=",
            args.causal ? "true" : "false", " but the plan was made with causal=",
            plan.causal ? "true" : "false");
@@ -663,6 +689,7 @@ void validate_prefill_args(const Plan& plan, const PrefillArgs& args) {
 void validate_append_kv(const PagedKV& kv, const TensorView& k_new, const TensorView& v_new,
                         const TensorView& batch_indices, const TensorView& positions) {
   GQ_CHECK(kv.k_pages.defined(), "kv.k_pages: not given (undefined tensor)");
+  check_known_device(kv.k_pages.device, "kv.k_pages");
   const Device device = kv.k_pages.device;
   const int device_id = kv.k_pages.device_id;
   const char* ref = "kv.k_pages";
@@ -733,6 +760,7 @@ void validate_append_kv(const PagedKV& kv, const TensorView& k_new, const Tensor
 void validate_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged,
                            const TensorView& s_merged) {
   check_shape(v, "v", {{"n", kAny}, {"num_states", kAny}, {"num_heads", kAny}, {"head_dim", kAny}});
+  check_known_device(v.device, "v");
   const Device device = v.device;
   const int device_id = v.device_id;
   const int64_t n = v.shape[0], states = v.shape[1], heads = v.shape[2], head_dim = v.shape[3];

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -621,12 +622,49 @@ TEST_F(DecodeRun, PlanHeadsNotAGroup) {
   const DecodeArgs good_args = args;
   plan.num_kv_heads = 0;
   for (TensorView* pool : {&args.kv.k_pages, &args.kv.v_pages}) pool->shape[2] = 0;  // NHD: no heads
-  expect_rejected_untouched({"plan: num_kv_heads (0) must be > 0 and divide num_qo_heads (8)"});
+  expect_rejected_untouched({"plan.num_kv_heads (0) must be > 0"});
   plan = good;
   args = good_args;
   plan.num_qo_heads = 7;
   for (TensorView* t : {&args.q, &args.o, &args.lse}) t->shape[1] = 7;
-  expect_rejected_untouched({"plan: num_kv_heads (2) must be > 0 and divide num_qo_heads (7)"});
+  expect_rejected_untouched({"plan.num_qo_heads (7) must be divisible by num_kv_heads (2)"});
+}
+
+// A hand-made plan's scalar fields are checked as plan() checks its inputs. Before: head_dim -1
+// read as "any size" in the shape checks, 0 wrote NaN to lse, num_qo_heads -1 returned with
+// nothing written, int32 stored truncated values, and an unknown device went to the CUDA backend.
+TEST_F(DecodeRun, PlanFieldsOutOfRange) {
+  const Plan good = plan;
+  plan.head_dim = -1;
+  expect_rejected_untouched({"plan.head_dim (-1) must be >= 1; pass a plan returned by decode_plan or prefill_plan"});
+  plan = good;
+  plan.head_dim = 0;
+  expect_rejected_untouched({"plan.head_dim (0) must be >= 1"});
+  plan = good;
+  plan.num_qo_heads = -1;
+  expect_rejected_untouched({"plan.num_qo_heads (-1) must be > 0"});
+  plan = good;
+  plan.dtype = DType::kInt32;
+  expect_rejected_untouched({"plan.dtype: int32 is not an attention dtype"});
+  plan = good;
+  plan.device = Device(2);
+  expect_rejected_untouched({"plan.device: unknown device value 2"});
+}
+
+// The CPU backend loads whole elements, so a pointer misaligned for its dtype is rejected on every
+// device (it was a misaligned load there).
+TEST_F(DecodeRun, PointerNotAlignedToDtype) {
+  args.q.data = static_cast<char*>(args.q.data) + 1;
+  expect_rejected_untouched({"q: data pointer is not aligned to its dtype bf16 (address % 2 = 1)"});
+  args.q = in.q.view();
+  args.kv.kv_page_indices.data = static_cast<char*>(args.kv.kv_page_indices.data) + 2;
+  expect_rejected_untouched({"kv.kv_page_indices: data pointer is not aligned to its dtype int32 (address % 4 = 2)"});
+}
+
+// The most negative stride is rejected without negating it (-INT64_MIN overflows).
+TEST_F(DecodeRun, MostNegativeStride) {
+  args.q.strides[0] = INT64_MIN;
+  expect_rejected_untouched({"q: shape [2, 8, 64]", "spans more than 2^62 bytes"});
 }
 
 // The CPU backend reads the index tensors, so their contents are checked before it does.
@@ -862,6 +900,16 @@ TEST_F(AppendKvArgs, GoodCallWrites) {
   EXPECT_FALSE(all_bytes_equal(kv.k_pages, kPoison));
 }
 
+// Unknown enum values: the layout was taken as NHD, the device sent the call to the CUDA backend.
+TEST_F(AppendKvArgs, UnknownLayoutOrDevice) {
+  PagedKV view = kv.view();
+  view.layout = KVLayout(5);
+  expect_view_rejected_untouched(view, {"kv.layout: unknown layout value 5"});
+  view = kv.view();
+  view.k_pages.device = Device(2);
+  expect_view_rejected_untouched(view, {"kv.k_pages: unknown device value 2"});
+}
+
 TEST_F(AppendKvArgs, TokenCountBeyondInt32) {
   k_new.view().shape[0] = (int64_t(1) << 32) + 3;  // would reach the kernel as 3 tokens
   expect_rejected_untouched({"k_new: num_tokens (4294967299) does not fit in int32"});
@@ -1005,6 +1053,11 @@ class MergeArgs : public testing::Test {
 TEST_F(MergeArgs, GoodCallWrites) {
   call();
   EXPECT_FALSE(all_bytes_equal(v_merged, kPoison));
+}
+
+TEST_F(MergeArgs, UnknownDevice) {
+  v.view().device = Device(2);
+  expect_rejected_untouched({"v: unknown device value 2"});
 }
 
 TEST_F(MergeArgs, LseShapeMismatch) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gqattn/error.h"
+#include "random.h"
 #include "sampler.h"
 
 namespace gqattn::engine {
@@ -53,6 +54,24 @@ TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_NEAR(c.probs[0], 0.4 / 0.85, 1e-6);
   p.top_p = 0.1f;  // at least one token
   EXPECT_EQ(sampling_candidates(l.data(), 5, p).tokens, (std::vector<int32_t>{1}));
+}
+
+// The draws come from a stream of their own: with the bare request id as the stream, request r's
+// draws were the bits of random weight tensor r under the same seed (--seed drives both).
+TEST(Sampler, DrawsAreNotTheWeightsBits) {
+  constexpr int kVocab = 1 << 12;
+  const std::vector<float> flat(kVocab, 0.f);  // uniform: the token is floor(u * vocab)
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.seed = 5;
+  int same = 0;
+  for (int64_t request = 0; request < 4; ++request) {
+    for (int64_t i = 0; i < 200; ++i) {
+      const double weight_u = uniform01(random_bits(p.seed, uint64_t(request), uint64_t(i)));
+      same += sample(flat.data(), kVocab, p, request, i) == int32_t(weight_u * kVocab);
+    }
+  }
+  EXPECT_LE(same, 3) << "draws equal to the weight stream's";
 }
 
 // As vLLM and Hugging Face users expect: top_k <= 0 (vLLM's -1 included) or >= the vocabulary is off.
