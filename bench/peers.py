@@ -54,7 +54,7 @@ CHECK_ATOL = 2e-3
 DYNAMO_RECOMPILE_LIMIT = 4096     # flex compiles once per shape (dynamic=False)
 CEILING_BYTES = {"cuda": 4 * 2**30, "cpu": 64 * 2**20}
 GEMM_N = {"cuda": 8192, "cpu": 512}
-CEILING_REPS = 20
+CEILING_REPS = 30
 READ_BLOCK = 16384                # elements per program of the streaming-read kernel
 
 

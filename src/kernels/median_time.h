@@ -40,8 +40,10 @@ float median_ms_after_warmup(Pass&& pass, int reps, cudaStream_t stream, float w
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  // The median as everywhere else (median_of, peers.py): the mean of the middle two for even reps.
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  return n % 2 ? ms[n / 2] : 0.5f * (ms[n / 2 - 1] + ms[n / 2]);
 }
 
 }  // namespace gqattn::kernels
