@@ -86,7 +86,8 @@ struct PlanInputs {
   // Ragged: kv_indptr [batch + 1] token offsets and an empty kv_last_page_len.
   std::vector<int32_t> kv_indptr;
   std::vector<int32_t> kv_last_page_len;
-  // Checked mode: when given (paged only), every page id is checked against [0, num_pages).
+  // Checked mode (paged only), when kv_page_indices is not empty or num_pages >= 0: every page id is
+  // checked against [0, num_pages), and there must be kv_indptr[batch] of them.
   std::vector<int32_t> kv_page_indices;
   int64_t num_pages = -1;
   // CUDA-graph mode: the kernel and the workspace layout depend only on the device, the heads,

@@ -160,6 +160,13 @@ def _require(**tensors) -> None:
                                                                      "v_merged", "s_merged")):
             raise TypeError(f"{name}: expected a torch.Tensor (the other arguments are torch tensors), "
                             f"got {type(t).__name__}")
+    # One device type: torch sends a call with any meta tensor to the fake implementation, which
+    # computes and checks nothing (the library checks cpu against cuda, and device indices, itself).
+    given = [(name, t) for name, t in tensors.items() if t is not None]
+    ref_name, ref = given[0]
+    for name, t in given[1:]:
+        if t.device.type != ref.device.type:
+            raise ValueError(f"{name}: is on {t.device}, {ref_name} is on {ref.device}")
 
 
 def decode(handle: int, q: Tensor, k_pages: Tensor, v_pages: Tensor, kv_page_indptr: Tensor,

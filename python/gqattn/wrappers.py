@@ -7,10 +7,11 @@ tensors go through the torch custom ops of gqattn.ops (loaded on first use), the
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import sys
 import weakref
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _C
 
@@ -179,19 +180,39 @@ def _outputs(q: Any, out: Any, lse: Any, want_lse: bool) -> Tuple[Any, Any]:
     return out, lse
 
 
+# The smallest magnitude float32 rounds to inf: the largest finite float32 plus half its ulp.
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
 def _sm_scale(sm_scale: Optional[float]) -> float:
     if sm_scale is None:
         return 0.0
+    # float() would parse "0.5" and take True as 1.
+    if isinstance(sm_scale, (str, bytes, bool)):
+        raise TypeError(f"sm_scale: expected a float, got {type(sm_scale).__name__}")
     try:
         value = float(sm_scale)
     except (TypeError, ValueError):
         raise TypeError(f"sm_scale: expected a float, got {type(sm_scale).__name__}") from None
+    if math.isfinite(value) and abs(value) >= _FLOAT32_OVERFLOW:
+        raise ValueError(f"sm_scale ({value}) is past the float32 range (it would round to inf)")
     if value == 0.0:
         raise ValueError("sm_scale (0) must be nonzero (None means 1/sqrt(head_dim))")
     # The library takes a float32, where 0 means the default: a value that rounds to 0 there is an error.
     if abs(value) <= 2.0**-150:  # half the smallest float32 subnormal, which rounds to even 0
         raise ValueError(f"sm_scale ({value}) rounds to 0 in float32 (None means 1/sqrt(head_dim))")
     return value
+
+
+def _checked_pages(kv_page_indices: Any, num_pages: Any) -> Tuple[List[int], int]:
+    """Checked mode's page ids and pool size for _C.*_plan: ([], -1) when kv_page_indices is not
+    given. Given, num_pages is required here: the library reads an empty list as "not given", so an
+    empty kv_page_indices without it would plan unchecked."""
+    if kv_page_indices is None:
+        return [], -1
+    if num_pages is None:
+        raise ValueError("num_pages: must be given with kv_page_indices (checked mode)")
+    return _host_ints(kv_page_indices, "kv_page_indices"), _int(num_pages, "num_pages", 64)
 
 
 def _check_layout(kv_layout: str) -> str:
@@ -303,7 +324,7 @@ class DecodeWrapper(_Wrapper):
         in chunks of that many keys (rounded up to the kernel's key tile; 0: the planner decides;
         not with max_num_splits), as FlashInfer's fixed_split_size but counted in keys."""
         kv_layout = _check_layout(kv_layout)  # before planning: a CUDA plan overwrites the workspace
-        checked = kv_page_indices is not None
+        page_ids, pool_pages = _checked_pages(kv_page_indices, num_pages)
         plan = _C.decode_plan(
             _export(self._workspace),
             _host_ints(kv_page_indptr, "kv_page_indptr"),
@@ -316,8 +337,8 @@ class DecodeWrapper(_Wrapper):
             dtype=_dtype_name(dtype),
             enable_cuda_graph=bool(enable_cuda_graph),
             max_num_splits=_int(max_num_splits, "max_num_splits"),
-            kv_page_indices=_host_ints(kv_page_indices, "kv_page_indices") if checked else [],
-            num_pages=_int(num_pages, "num_pages", 64) if num_pages is not None else -1,
+            kv_page_indices=page_ids,
+            num_pages=pool_pages,
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
             fixed_split_size=_int(fixed_split_size, "fixed_split_size"),
@@ -399,7 +420,7 @@ class PrefillWrapper(_Wrapper):
         if paged and kv_last_page_len is None:
             raise ValueError("kv_last_page_len: required for paged K/V (page_size >= 1)")
         kv_layout = _check_layout(kv_layout)  # before planning: a CUDA plan overwrites the workspace
-        checked = kv_page_indices is not None
+        page_ids, pool_pages = _checked_pages(kv_page_indices, num_pages)
         plan = _C.prefill_plan(
             _export(self._workspace),
             _host_ints(qo_indptr, "qo_indptr"),
@@ -413,8 +434,8 @@ class PrefillWrapper(_Wrapper):
             dtype=_dtype_name(dtype),
             enable_cuda_graph=bool(enable_cuda_graph),
             max_num_splits=_int(max_num_splits, "max_num_splits"),
-            kv_page_indices=_host_ints(kv_page_indices, "kv_page_indices") if checked else [],
-            num_pages=_int(num_pages, "num_pages", 64) if num_pages is not None else -1,
+            kv_page_indices=page_ids,
+            num_pages=pool_pages,
             stream=self._plan_stream(stream),
             graph_per_split=bool(graph_per_split),
             fixed_split_size=_int(fixed_split_size, "fixed_split_size"),
@@ -446,6 +467,8 @@ class PrefillWrapper(_Wrapper):
         want_lse = bool(return_lse) or lse is not None
         if self._paged and (kv_page_indices is None or kv_last_page_len is None):
             raise ValueError("kv_page_indices, kv_last_page_len: required, the plan is for paged K/V")
+        if not self._paged and (kv_page_indices is not None or kv_last_page_len is not None):
+            raise ValueError("kv_page_indices, kv_last_page_len: the plan is for ragged K/V (page_size 0); leave them out")
         if stream is None and _is_torch(q):
             ops = _torch_ops()
             if self._paged:
@@ -475,6 +498,8 @@ def _workspace_for(x: Any) -> Any:
     device = _device_of(x)
     if device[0] == "cpu":
         return None
+    if device[0] != "cuda":
+        raise ValueError(f"q: is on {device[0]}; gqattn runs on cpu or cuda tensors")
     return make_workspace(f"cuda:{device[1]}")
 
 

@@ -612,7 +612,9 @@ void validate_plan_inputs(const PlanInputs& in, bool is_decode) {
     }
   }
 
-  if (!in.kv_page_indices.empty()) {
+  // Checked mode: page ids given, or a pool size (an empty list of page ids is checked too: against
+  // kv_indptr[batch], which must then be 0).
+  if (!in.kv_page_indices.empty() || in.num_pages >= 0) {
     GQ_CHECK(paged, "kv_page_indices: checked mode needs paged K/V (page_size 0 means ragged)");
     GQ_CHECK(in.num_pages >= 0, "num_pages (", in.num_pages,
              ") must be set when kv_page_indices is given (checked mode)");

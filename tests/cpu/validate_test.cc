@@ -232,6 +232,8 @@ TEST(ValidatePlan, CheckedModePageOutsidePool) {
   expect_rejected([&] { decode_plan(in, Workspace{}); }, {"num_pages (-1) must be set", "checked mode"});
   in.num_pages = 10;
   EXPECT_NO_THROW(decode_plan(in, Workspace{}));
+  in.kv_page_indices.clear();  // a pool size with no page ids: checked, not read as unchecked
+  expect_rejected([&] { decode_plan(in, Workspace{}); }, {"kv_page_indices: holds 0 page ids", "kv_indptr[batch] is 6"});
 }
 
 TEST(ValidatePlan, RaggedTakesNoLastPageLenNorPageIds) {

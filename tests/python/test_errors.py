@@ -75,6 +75,9 @@ def untouched(*arrays):
     (lambda c: {"sm_scale": 1e-50}, ValueError, r"^sm_scale \(1e-50\) rounds to 0 in float32"),
     (lambda c: {"stream": -1}, ValueError, r"^stream \(-1\) must be >= 0"),
     (lambda c: {"sm_scale": "x"}, TypeError, r"^sm_scale: expected a float, got str"),
+    (lambda c: {"sm_scale": "0.5"}, TypeError, r"^sm_scale: expected a float, got str"),  # float() parses it
+    (lambda c: {"sm_scale": True}, TypeError, r"^sm_scale: expected a float, got bool"),
+    (lambda c: {"sm_scale": 1e39}, ValueError, r"^sm_scale \(1e\+39\) is past the float32 range"),
 ])
 def test_decode_run_rejects(decode_case, override, error, pattern):
     out, lse = decode_case[3], decode_case[4]
@@ -158,7 +161,11 @@ def test_wrong_layout_is_a_shape_error(decode_case):
     (dict(num_qo_heads="8"), TypeError, r"num_qo_heads: expected an int, got str"),
     (dict(kv_page_indices=[0, 1, 2, 9], num_pages=5), ValueError,
      r"kv_page_indices\[3\] \(9\) is outside the page pool \[0, num_pages \(5\)\)"),
-    (dict(kv_page_indices=[0, 1, 2, 3]), ValueError, r"num_pages \(-1\) must be set when kv_page_indices is given"),
+    (dict(kv_page_indices=[0, 1, 2, 3]), ValueError, r"^num_pages: must be given with kv_page_indices \(checked mode\)"),
+    # An empty list of page ids is checked too (the library read it as "not given").
+    (dict(kv_page_indices=[]), ValueError, r"^num_pages: must be given with kv_page_indices"),
+    (dict(kv_page_indices=[], num_pages=5), ValueError,
+     r"kv_page_indices: holds 0 page ids but kv_page_indptr\[batch\] is 4"),
     (dict(kv_page_indices=[0, 1], num_pages=5), ValueError, r"kv_page_indices: holds 2 page ids but kv_page_indptr\[batch\] is 4"),
     (dict(graph_per_split=True), ValueError, r"graph_per_split: set without enable_cuda_graph"),
     (dict(fixed_split_size=-2), ValueError, r"^fixed_split_size \(-2\) must be >= 0"),
@@ -273,6 +280,13 @@ def test_prefill_ragged_rejects(ragged_case, override, error, pattern):
     args.update(override(ragged_case))
     with pytest.raises(error, match=pattern):
         wrapper.run(**args)
+    assert untouched(out)
+
+
+def test_prefill_ragged_plan_takes_no_page_arguments(ragged_case):
+    wrapper, q, k, v, qo_indptr, kv_indptr, out = ragged_case
+    with pytest.raises(ValueError, match=r"^kv_page_indices, kv_last_page_len: the plan is for ragged K/V"):
+        wrapper.run(q, k, v, qo_indptr, kv_indptr, np.zeros(2, np.int32), np.ones(2, np.int32), out=out)
     assert untouched(out)
 
 

@@ -150,6 +150,20 @@ def test_cpu_torch_type_errors():
     assert torch.all(out == 7.25)
 
 
+def test_cpu_meta_tensors_are_rejected():
+    """A meta tensor among real ones sent the whole call to the ops' fake implementations, which
+    compute and check nothing; a call on meta tensors alone planned for CUDA."""
+    wrapper, q, t = _decode_op_args()
+    out = torch.full_like(q, 7.25)
+    meta_last = t["kv_last_page_len"].to("meta")
+    with pytest.raises(ValueError, match=r"^kv_last_page_len: is on meta, q is on cpu"):
+        wrapper.run(q, t["k_pages"], t["v_pages"], t["kv_page_indptr"], t["kv_page_indices"], meta_last, out=out)
+    assert torch.all(out == 7.25)
+    with pytest.raises(ValueError, match=r"^q: is on meta; gqattn runs on cpu or cuda tensors"):
+        gqattn.decode(q.to("meta"), t["k_pages"], t["v_pages"], t["kv_page_indptr"], t["kv_page_indices"],
+                      t["kv_last_page_len"])
+
+
 def _decode_op_args(dtype="fp32", device="cpu", head_dim=64):
     rng = np.random.default_rng(3)
     cache = make_paged(rng, [7, 12], 2, head_dim, 4, "NHD", np.float32)
