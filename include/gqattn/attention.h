@@ -8,7 +8,8 @@
 //          same view); otherwise no output may share memory with another argument.
 //   group_size = num_qo_heads / num_kv_heads; query head h reads K/V head h / group_size.
 //   lse:   optional fp32 [tokens, num_qo_heads], natural-log log-sum-exp of the scaled logits;
-//          -inf for a row that sees no key (whose output is 0). Contiguous on the GPU.
+//          -inf for a row that sees no key (whose output is 0). Last dimension contiguous;
+//          wholly contiguous on the GPU.
 //   sm_scale: 0 means 1 / sqrt(head_dim); finite and >= 0.
 //   Causal masks are aligned to the end of each request's KV: query token i of a request with
 //   qo_len new tokens and kv_len keys sees keys 0 .. kv_len - qo_len + i.
