@@ -42,6 +42,9 @@
 #   n96   ncu of decode hd96 against hd128, MHA 16 x 8K (a build of the two head dims, ~150 s)
 #   pord  item 263: the rows furthest behind cuDNN with random pages and pages in order, then
 #         cuDNN on them (a build of hd128 bf16, ~60 s)
+#   l2f   item 314: the bench's small decode cases (bench/sweeps/ab/decode_l2_flush.csv) with the
+#         256 MB read before each call and without it (GQATTN_BENCH_NO_L2_FLUSH=1), then cuDNN on
+#         them (a build of hd128 bf16, ~150 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   ncp   ncu --set full of cuDNN's hd128 prefill kernel and ours, MHA non-causal 1 x 16K and 16 x 1K
@@ -74,13 +77,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|l2f|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
 # change; regen_wip.sh stops there): check skips them, saying so.
 NEEDS_REBASE=" "
 WAVES=bench/sweeps/ab/decode_waves_hd128.csv
+L2F=bench/sweeps/ab/decode_l2_flush.csv
 below() {  # below PATCH: the patches under PATCH in its stack (STACKS), in order; none if unstacked
   local s p
   for s in "${STACKS[@]}"; do
@@ -121,6 +125,7 @@ if [[ $step == check ]]; then
     apply_all "$p" && echo "device_plan check: applies: $p"
   done
   [[ -f $WAVES ]] || { echo "device_plan check: $WAVES (for l213) is missing"; status=1; }
+  [[ -f $L2F ]] || { echo "device_plan check: $L2F (for l2f) is missing"; status=1; }
   # The GPU scripts' fixed gtest filters (gpu_check.sh's portable rerun and sanitizers, wip_check.sh's
   # runs): a renamed test leaves a pattern that matches nothing, which gtest and compute-sanitizer
   # report as a clean pass. Each against its binary's sources (gqattn_engine_gpu_tests:
@@ -286,6 +291,18 @@ case $step in
       --ceilings "$L/order/random.csv" --iters 30 > "$L/order/cudnn.log" 2>&1 || tail -5 "$L/order/cudnn.log"
     save
     ;;
+  l2f)
+    # Item 314: how far the small decode rows move with the L2 flushed before each call (the bench's
+    # default since session 71, as peers.py times the peers), ABA, then cuDNN on the same rows.
+    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+    scripts/ab_sweep.sh build-gpu "$L2F" "$L/l2" "flush:" "no_flush:GQATTN_BENCH_NO_L2_FLUSH=1"
+    python3 bench/compare.py "$L/l2/flush.csv" "$L/l2/no_flush.csv" > "$L/l2/compare.txt" 2>&1
+    python3 bench/compare.py "$L/l2/flush.csv" "$L/l2/flush_again.csv" | tail -1 >> "$L/l2/compare.txt"
+    cat "$L/l2/compare.txt"; save
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers.py --sweep "$L2F" --csv "$L/l2/cudnn.csv" --peers sdpa_cudnn \
+      --ceilings "$L/l2/flush.csv" --iters 30 > "$L/l2/cudnn.log" 2>&1 || tail -5 "$L/l2/cudnn.log"
+    save
+    ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
     # Only the head dims and dtypes of the sweep's rows (bf16 at 64 / 128 / 256: a quarter of the
@@ -382,7 +399,7 @@ PY
     cat "$L/phases.txt"
     ;;
   *)
-    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
+    echo "device_plan: unknown step '$step' (v201, t213, l213, pe, land, l215, n96, pord, l2f, ncg, ncp, flexd, flexp, tl, tlp, g1, ph, check)"
     exit 2
     ;;
 esac
