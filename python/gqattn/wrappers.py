@@ -205,10 +205,12 @@ def _sm_scale(sm_scale: Optional[float]) -> float:
 
 
 def _checked_pages(kv_page_indices: Any, num_pages: Any) -> Tuple[List[int], int]:
-    """Checked mode's page ids and pool size for _C.*_plan: ([], -1) when kv_page_indices is not
-    given. Given, num_pages is required here: the library reads an empty list as "not given", so an
-    empty kv_page_indices without it would plan unchecked."""
+    """Checked mode's page ids and pool size for _C.*_plan: ([], -1) when neither is given. The two
+    come together: the library takes an empty list of ids without a pool size as unchecked, and a
+    pool size without ids as checked mode with no pages."""
     if kv_page_indices is None:
+        if num_pages is not None:
+            raise ValueError("kv_page_indices: must be given with num_pages (checked mode)")
         return [], -1
     if num_pages is None:
         raise ValueError("num_pages: must be given with kv_page_indices (checked mode)")

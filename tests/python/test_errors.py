@@ -164,6 +164,7 @@ def test_wrong_layout_is_a_shape_error(decode_case):
     (dict(kv_page_indices=[0, 1, 2, 3]), ValueError, r"^num_pages: must be given with kv_page_indices \(checked mode\)"),
     # An empty list of page ids is checked too (the library read it as "not given").
     (dict(kv_page_indices=[]), ValueError, r"^num_pages: must be given with kv_page_indices"),
+    (dict(num_pages=5), ValueError, r"^kv_page_indices: must be given with num_pages \(checked mode\)"),
     (dict(kv_page_indices=[], num_pages=5), ValueError,
      r"kv_page_indices: holds 0 page ids but kv_page_indptr\[batch\] is 4"),
     (dict(kv_page_indices=[0, 1], num_pages=5), ValueError, r"kv_page_indices: holds 2 page ids but kv_page_indptr\[batch\] is 4"),
