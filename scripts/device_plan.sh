@@ -210,6 +210,21 @@ patch_ab() {
   return $rc
 }
 
+# A build of hd128 bf16, SWEEP under two settings of one binary (ab_sweep.sh: A, B, then A again),
+# compare.txt (B / A, then A's own repeat), then cuDNN on the same rows (contiguous K/V).
+# Usage: ab_then_cudnn SWEEP DIR A_NAME B_NAME:VAR=VALUE
+ab_then_cudnn() {
+  local sweep=$1 dir=$2 a=$3 b=$4
+  GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
+  scripts/ab_sweep.sh build-gpu "$sweep" "$dir" "$a:" "$b"
+  python3 bench/compare.py "$dir/$a.csv" "$dir/${b%%:*}.csv" > "$dir/compare.txt" 2>&1
+  python3 bench/compare.py "$dir/$a.csv" "$dir/${a}_again.csv" | tail -1 >> "$dir/compare.txt"
+  cat "$dir/compare.txt"; save
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers.py --sweep "$sweep" --csv "$dir/cudnn.csv" --peers sdpa_cudnn \
+    --ceilings "$dir/$a.csv" --iters 30 > "$dir/cudnn.log" 2>&1 || tail -5 "$dir/cudnn.log"
+  save
+}
+
 case $step in
   v201)
     GQATTN_HEAD_DIMS="64;80;128;256" GQATTN_DTYPES=bf16 CTEST_TIMEOUT=150 LOG_DIR=$L \
@@ -281,27 +296,12 @@ case $step in
     # Item 263: the rows furthest behind cuDNN with our pages random (the bench's default) and in
     # order (GQATTN_BENCH_PAGES_IN_ORDER=1), ABA, then cuDNN on the same rows (contiguous K/V): how
     # much of each gap is the page order the peers never pay.
-    S=bench/sweeps/ab/decode_page_order_hd128.csv
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    scripts/ab_sweep.sh build-gpu "$S" "$L/order" "random:" "in_order:GQATTN_BENCH_PAGES_IN_ORDER=1"
-    python3 bench/compare.py "$L/order/random.csv" "$L/order/in_order.csv" > "$L/order/compare.txt" 2>&1
-    python3 bench/compare.py "$L/order/random.csv" "$L/order/random_again.csv" | tail -1 >> "$L/order/compare.txt"
-    cat "$L/order/compare.txt"; save
-    PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers.py --sweep "$S" --csv "$L/order/cudnn.csv" --peers sdpa_cudnn \
-      --ceilings "$L/order/random.csv" --iters 30 > "$L/order/cudnn.log" 2>&1 || tail -5 "$L/order/cudnn.log"
-    save
+    ab_then_cudnn bench/sweeps/ab/decode_page_order_hd128.csv "$L/order" random in_order:GQATTN_BENCH_PAGES_IN_ORDER=1
     ;;
   l2f)
     # Item 314: how far the small decode rows move with the L2 flushed before each call (the bench's
     # default since session 71, as peers.py times the peers), ABA, then cuDNN on the same rows.
-    GQATTN_HEAD_DIMS=128 GQATTN_DTYPES=bf16 LOG_DIR=$L scripts/gpu_check.sh build || exit 1
-    scripts/ab_sweep.sh build-gpu "$L2F" "$L/l2" "flush:" "no_flush:GQATTN_BENCH_NO_L2_FLUSH=1"
-    python3 bench/compare.py "$L/l2/flush.csv" "$L/l2/no_flush.csv" > "$L/l2/compare.txt" 2>&1
-    python3 bench/compare.py "$L/l2/flush.csv" "$L/l2/flush_again.csv" | tail -1 >> "$L/l2/compare.txt"
-    cat "$L/l2/compare.txt"; save
-    PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers.py --sweep "$L2F" --csv "$L/l2/cudnn.csv" --peers sdpa_cudnn \
-      --ceilings "$L/l2/flush.csv" --iters 30 > "$L/l2/cudnn.log" 2>&1 || tail -5 "$L/l2/cudnn.log"
-    save
+    ab_then_cudnn "$L2F" "$L/l2" flush no_flush:GQATTN_BENCH_NO_L2_FLUSH=1
     ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)
