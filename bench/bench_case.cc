@@ -2,7 +2,6 @@
 // Layer: bench (host-only); declared in bench_case.h, shared by the CPU timing and the GPU runner.
 #include "bench_case.h"
 
-#include <algorithm>
 
 namespace gqattn::bench {
 
@@ -24,14 +23,6 @@ double prefill_flops(const BenchCase& c) {
   const double qo = c.qo_len, kv = c.kv_len;
   const double pairs = c.causal ? qo * (kv - qo) + qo * (qo + 1) / 2.0 : qo * kv;
   return 4.0 * c.batch * pairs * c.num_qo_heads * c.head_dim;
-}
-
-double median_of(std::vector<double> values) {
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  if (values.size() % 2 == 1) return values[mid];
-  const double below = *std::max_element(values.begin(), values.begin() + mid);
-  return (below + values[mid]) / 2;
 }
 
 }  // namespace gqattn::bench

@@ -7,6 +7,7 @@
 
 #include "gqattn/paged_kv.h"
 #include "gqattn/tensor.h"
+#include "prims/median.h"
 
 namespace gqattn::bench {
 
@@ -53,9 +54,9 @@ double decode_bytes(const BenchCase& c);
 // FLOPs of a prefill case: 4 * visible (query, key) pairs * num_qo_heads * head_dim per request;
 // causal counts only the visible keys (query i of qo_len sees keys [0, kv_len - qo_len + i]).
 double prefill_flops(const BenchCase& c);
-// The median of timed repetitions: the middle value, or the mean of the two middle ones for an
-// even count (Python's statistics.median, which bench/peers.py takes). values must not be empty.
-double median_of(std::vector<double> values);
+// The median of timed repetitions (src/prims/median.h, shared with the read ceiling's timing).
+// values must not be empty.
+using prims::median_of;
 
 #ifdef GQATTN_WITH_CUDA
 // Implemented in bench/gpu_bench.cu.

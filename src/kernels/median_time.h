@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "prims/cuda_check.h"
+#include "prims/median.h"
 
 namespace gqattn::kernels {
 
@@ -40,10 +41,7 @@ float median_ms_after_warmup(Pass&& pass, int reps, cudaStream_t stream, float w
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  // The median as everywhere else (median_of, peers.py): the mean of the middle two for even reps.
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  return n % 2 ? ms[n / 2] : 0.5f * (ms[n / 2 - 1] + ms[n / 2]);
+  return float(prims::median_of(std::vector<double>(ms.begin(), ms.end())));
 }
 
 }  // namespace gqattn::kernels
