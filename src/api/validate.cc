@@ -65,8 +65,9 @@ std::string spec_values(std::initializer_list<DimSpec> dims) {
   return os.str();
 }
 
-void check_known_device(Device device, const char* arg) {
-  GQ_CHECK(device == Device::kCPU || device == Device::kCUDA, arg, ": unknown device value ", int(device));
+// `hint` ends the message (a hand-made plan's says where plans come from).
+void check_known_device(Device device, const std::string& arg, const char* hint = "") {
+  GQ_CHECK(device == Device::kCPU || device == Device::kCUDA, arg, ": unknown device value ", int(device), hint);
 }
 
 std::string device_str(Device device, int device_id) {
@@ -337,8 +338,8 @@ void check_indptr(const std::vector<int32_t>& indptr, const char* what) {
 // may be hand-made): `field` prefixes each field's name ("" or "plan."), `hint` ends each message.
 void check_problem(Device device, int device_id, int64_t num_qo_heads, int64_t num_kv_heads, DType dtype,
                    int64_t head_dim, int64_t page_size, bool is_decode, const char* field, const char* hint) {
+  check_known_device(device, detail::concat(field, "device"), hint);
   const bool cpu = device == Device::kCPU;
-  GQ_CHECK(cpu || device == Device::kCUDA, field, "device: unknown device value ", int(device), hint);
   GQ_CHECK(cpu || device_id >= 0, field, "device_id (", device_id, ") must be >= 0", hint);
   GQ_CHECK(num_qo_heads > 0, field, "num_qo_heads (", num_qo_heads, ") must be > 0", hint);
   GQ_CHECK(num_kv_heads > 0, field, "num_kv_heads (", num_kv_heads, ") must be > 0", hint);
