@@ -540,9 +540,13 @@ int run(const Options& opt) {
     std::printf("gqattn-bench: backend cuda (%d device%s visible; timing on device 0), %d iters\n",
                 gpus, gpus == 1 ? "" : "s", iters);
   } else {
-    std::printf("gqattn-bench: backend cpu (float64 reference), %d iters; %s\n", iters,
-                opt.device == "cpu" ? "cpu chosen with --device cpu, so the default job runs a small size"
-                                    : "no GPU is present, so the default job runs a small size");
+    // Why the CPU runs, and (for the default job only) that it runs at a small size.
+    const char* why = opt.device == "cpu"        ? "cpu chosen with --device cpu"
+                      : !build_info().cuda       ? "this build has no CUDA backend (-DGQATTN_CUDA=OFF or no nvcc found)"
+                                                 : "no CUDA device is visible";
+    const bool default_job = !opt.single && opt.sweep.empty();
+    std::printf("gqattn-bench: backend cpu (float64 reference), %d iters; %s%s\n", iters, why,
+                default_job ? ", so the default job runs a small size" : "");
   }
 
   std::vector<Row> rows;

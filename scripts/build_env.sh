@@ -1,22 +1,30 @@
 # shellcheck shell=bash
 # Sourced by scripts/run.sh and scripts/test.sh (not a command of its own): configures the CMake
 # build in $GQATTN_BUILD_DIR (default build) with Ninja, passing GQATTN_CUDA, GQATTN_CUDA_ARCHS,
-# GQATTN_HEAD_DIMS, GQATTN_DTYPES, GQATTN_PYTHON and GQATTN_SANITIZE to CMake when they are set, and builds with
-# every core. scripts/gpu_check.sh and scripts/clock_probe.sh source it for its GPU helpers.
+# GQATTN_HEAD_DIMS, GQATTN_DTYPES, GQATTN_PYTHON and GQATTN_SANITIZE to CMake when they are set and
+# CMake's defaults when they are not (not what an earlier configure of the same build directory
+# cached), and builds with every core. scripts/gpu_check.sh and scripts/clock_probe.sh source it for
+# its GPU helpers.
 
 GQATTN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${GQATTN_BUILD_DIR:-build}"
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$GQATTN_ROOT/$BUILD_DIR" ;; esac
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
+# Prints one CMake argument a line for each cache variable named: -DVAR=value where the environment
+# sets VAR, else -UVAR (CMake's default again, not the value a build directory kept from an earlier
+# configure with other settings, e.g. .ci/run's one head dim).
+gqattn_cache_args() {
+  local v
+  for v in "$@"; do
+    if [[ -n "${!v:-}" ]]; then printf '%s\n' "-D$v=${!v}"; else printf '%s\n' "-U$v"; fi
+  done
+}
+
 gqattn_configure() {
   local args=(-S "$GQATTN_ROOT" -B "$BUILD_DIR" -G Ninja)
-  [[ -n "${GQATTN_CUDA:-}" ]] && args+=("-DGQATTN_CUDA=$GQATTN_CUDA")
-  [[ -n "${GQATTN_CUDA_ARCHS:-}" ]] && args+=("-DGQATTN_CUDA_ARCHS=$GQATTN_CUDA_ARCHS")
-  [[ -n "${GQATTN_HEAD_DIMS:-}" ]] && args+=("-DGQATTN_HEAD_DIMS=$GQATTN_HEAD_DIMS")
-  [[ -n "${GQATTN_DTYPES:-}" ]] && args+=("-DGQATTN_DTYPES=$GQATTN_DTYPES")
-  [[ -n "${GQATTN_PYTHON:-}" ]] && args+=("-DGQATTN_PYTHON=$GQATTN_PYTHON")
-  [[ -n "${GQATTN_SANITIZE:-}" ]] && args+=("-DGQATTN_SANITIZE=$GQATTN_SANITIZE")
+  mapfile -t -O "${#args[@]}" args < <(gqattn_cache_args GQATTN_CUDA GQATTN_CUDA_ARCHS GQATTN_HEAD_DIMS \
+    GQATTN_DTYPES GQATTN_PYTHON GQATTN_SANITIZE)
   # Debian's googletest package ships the sources; build them with our compiler flags.
   if [[ -n "${GQATTN_GTEST_SOURCE_DIR:-}" ]]; then
     args+=("-DGQATTN_GTEST_SOURCE_DIR=$GQATTN_GTEST_SOURCE_DIR")

@@ -3,7 +3,7 @@
 # (Llama-2-7B, 128 x (32 + 992), gqattn backend) for each KV-head count of E2E_HEADS, once per
 # setting in the order given and then in reverse (ABBA for two settings), and a table of total
 # seconds and mean decode step per setting. Usage (on the GPU machine, after a build):
-#   E2E_HEADS="8 1" scripts/e2e_ab.sh BUILD_DIR OUT_DIR "on:" "off:GQATTN_DISABLE_ENGINE_PREFETCH=1" ...
+#   E2E_HEADS="8 1" scripts/e2e_ab.sh BUILD_DIR OUT_DIR "on:" "off:GQATTN_DISABLE_STEP_OVERLAP=1" ...
 # A setting is NAME:VAR=VALUE,VAR2=VALUE (empty after the colon: no variable set); an item that
 # starts with -- is a flag of `gqattn-serve bench` instead ("p64:--page-size=64"), and one that
 # starts with @ names another build directory whose gqattn-serve runs ("main:@build-main"); E2E_ROUNDS=1

@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/build_env.sh
-source scripts/build_env.sh  # gqattn_smi_fields
+source scripts/build_env.sh  # gqattn_smi_fields, gqattn_cache_args
 LOG_DIR=${LOG_DIR:-/tmp/gqattn-logs}   # $OUT returns at most 8 files: everything is tarred there at the end
 BUILD=${GQATTN_BUILD_DIR:-build-gpu}
 GTEST=${GQATTN_GTEST_SOURCE_DIR:-$PWD/.deps/googletest}
@@ -33,10 +33,7 @@ if has build; then
   step build
   # GQATTN_HEAD_DIMS / GQATTN_DTYPES unset: CMake's defaults (every head dim and dtype), not the lists
   # a build dir kept from an earlier call on a warm machine has cached (v201's four head dims, bf16).
-  lists=()
-  for v in GQATTN_HEAD_DIMS GQATTN_DTYPES; do
-    if [ -n "${!v:-}" ]; then lists+=("-D$v=${!v}"); else lists+=("-U$v"); fi
-  done
+  mapfile -t lists < <(gqattn_cache_args GQATTN_HEAD_DIMS GQATTN_DTYPES)
   cmake -S . -B "$BUILD" -G Ninja -DGQATTN_CUDA=ON -DGQATTN_CUDA_ARCHS="${GQATTN_CUDA_ARCHS:-90a}" "${lists[@]}" \
     -DGQATTN_GTEST_SOURCE_DIR="$GTEST" -DPython_EXECUTABLE="$(command -v python3)" > "$LOG_DIR/configure.log" 2>&1 || { tail -30 "$LOG_DIR/configure.log"; exit 1; }
   cmake --build "$BUILD" -j "$(nproc)" > "$LOG_DIR/build.log" 2>&1 || { grep -E "error|Error" -A3 "$LOG_DIR/build.log" | head -60; exit 1; }
