@@ -88,7 +88,8 @@ struct PlanInputs {
   std::vector<int32_t> kv_indptr;
   std::vector<int32_t> kv_last_page_len;
   // Checked mode (paged only), when kv_page_indices is not empty or num_pages >= 0: every page id is
-  // checked against [0, num_pages), and there must be kv_indptr[batch] of them.
+  // checked against [0, num_pages), and there must be kv_indptr[batch] of them. The plan keeps
+  // num_pages, and run() then rejects pools of fewer pages (it does not read the GPU's page ids).
   std::vector<int32_t> kv_page_indices;
   int64_t num_pages = -1;
   // CUDA-graph mode: the kernel and the workspace layout depend only on the device, the heads,
@@ -126,6 +127,7 @@ struct Plan {
   int num_kv_heads = 0;
   int head_dim = 0;
   int page_size = 0;  // 0: ragged
+  int64_t num_pages = -1;  // checked mode's PlanInputs::num_pages (run() needs pools this large); else -1
   bool causal = false;
   bool is_decode = false;
   int64_t total_qo = 0;

@@ -330,6 +330,7 @@ NB_MODULE(_C, m) {
       .def_ro("num_kv_heads", &Plan::num_kv_heads)
       .def_ro("head_dim", &Plan::head_dim)
       .def_ro("page_size", &Plan::page_size)
+      .def_ro("num_pages", &Plan::num_pages)
       .def_ro("causal", &Plan::causal)
       .def_ro("is_decode", &Plan::is_decode)
       .def_ro("total_qo", &Plan::total_qo)

@@ -376,6 +376,8 @@ void check_plan(const Plan& plan) {
   }
   check_problem(plan.device, plan.device_id, plan.num_qo_heads, plan.num_kv_heads, plan.dtype, plan.head_dim,
                 plan.page_size, plan.is_decode, "plan.", kMadeBy);
+  GQ_CHECK(plan.num_pages >= -1 && (plan.num_pages < 0 || plan.page_size >= 1), "plan.num_pages (", plan.num_pages,
+           ") must be -1, or >= 0 in a paged plan", kMadeBy);
 }
 
 // The GPU kernels fold the scale into the exponent as a positive factor, so a negative one is
@@ -457,6 +459,8 @@ void check_paged(const PagedKV& kv, const std::string& name, const Plan& plan) {
               plan.device_id, "the plan");
   check_index(kv.kv_page_indices, name + ".kv_page_indices", "pages", kAny, plan.device,
               plan.device_id, "the plan");
+  GQ_CHECK(plan.num_pages < 0 || kv.num_pages() >= plan.num_pages, name, ".k_pages: holds ", kv.num_pages(),
+           " pages but the plan checked its page ids against num_pages (", plan.num_pages, ")");
   const int64_t needed = planned_pages(plan);
   GQ_CHECK(kv.kv_page_indices.shape[0] >= needed, name, ".kv_page_indices: holds ",
            kv.kv_page_indices.shape[0], " page ids but the plan's kv lengths need ", needed,

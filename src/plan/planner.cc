@@ -45,6 +45,7 @@ Plan describe(const PlanInputs& in, bool is_decode) {
   p.num_kv_heads = in.num_kv_heads;
   p.head_dim = in.head_dim;
   p.page_size = in.page_size;
+  p.num_pages = in.num_pages;
   p.is_decode = is_decode;
   p.causal = is_decode ? true : in.causal;
   p.batch = in.kv_indptr.empty() ? 0 : static_cast<int>(in.kv_indptr.size()) - 1;

@@ -4,6 +4,7 @@
 // CUDA-tagged views, which they never dereference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -483,6 +484,26 @@ TEST_F(DecodeRun, PageIdOutsidePool) {
   expect_rejected_untouched({"kv.kv_page_indices[2]", "is outside the page pool"});
   ints(kv.kv_page_indices)[2] = -1;
   expect_rejected_untouched({"kv.kv_page_indices[2] (-1) is outside the page pool"});
+}
+
+// Checked mode keeps the pool size it checked the page ids against: a run on a smaller pool (whose
+// page ids the GPU would read without a check) is rejected; a larger one is fine.
+TEST_F(DecodeRun, PoolSmallerThanCheckedModesNumPages) {
+  PlanInputs checked = plan_inputs(p, 4, kv.table.kv_page_indptr, kv.table.kv_last_page_len);
+  checked.kv_page_indices = kv.table.kv_page_indices;
+  checked.num_pages = kv.table.num_pages + 1;
+  plan = decode_plan(checked, Workspace{});
+  EXPECT_EQ(plan.num_pages, kv.table.num_pages + 1);
+  expect_rejected_untouched({"kv.k_pages: holds " + std::to_string(kv.table.num_pages) + " pages",
+                             "checked its page ids against num_pages (" + std::to_string(kv.table.num_pages + 1) +
+                                 ")"});
+  const auto& ids = kv.table.kv_page_indices;
+  checked.num_pages = *std::max_element(ids.begin(), ids.end()) + 1;  // <= the pool's pages
+  plan = decode_plan(checked, Workspace{});
+  run();
+  EXPECT_FALSE(untouched());
+  plan.num_pages = -2;  // a hand-made plan
+  expect_rejected([&] { run(); }, {"plan.num_pages (-2) must be -1, or >= 0 in a paged plan"});
 }
 
 TEST_F(DecodeRun, KvNotGiven) {

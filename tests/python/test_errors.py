@@ -188,6 +188,19 @@ def test_decode_plan_rejects(kwargs, error, pattern):
         wrapper.plan_info
 
 
+def test_run_rejects_a_pool_smaller_than_checked_num_pages(decode_case):
+    """Checked mode's num_pages stays with the plan: a run on a smaller pool writes nothing."""
+    wrapper, cache, q, out, lse = decode_case
+    pages = cache.k_pages.shape[0]
+    wrapper.plan(cache.kv_page_indptr, cache.kv_last_page_len, HQ, HKV, D, P, dtype="fp32",
+                 kv_page_indices=cache.kv_page_indices, num_pages=pages + 1)
+    assert wrapper.plan_info.num_pages == pages + 1
+    with pytest.raises(ValueError, match=rf"^k_pages: holds {pages} pages but the plan checked its page ids "
+                                         rf"against num_pages \({pages + 1}\)"):
+        run_decode(decode_case)
+    assert untouched(out, lse)
+
+
 @pytest.mark.parametrize("call", [
     lambda w, q, c: w.run(q, c.k_pages, c.v_pages, c.kv_page_indptr, c.kv_page_indices, c.kv_last_page_len),
     lambda w, q, c: gqattn.decode(q, c.k_pages, c.v_pages, c.kv_page_indptr, c.kv_page_indices, c.kv_last_page_len),
