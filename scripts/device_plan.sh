@@ -45,6 +45,8 @@
 #   l2f   item 314: the bench's small decode cases (bench/sweeps/ab/decode_l2_flush.csv) with the
 #         256 MB read before each call and without it (GQATTN_BENCH_NO_L2_FLUSH=1), then cuDNN on
 #         them (a build of hd128 bf16, ~150 s)
+#   s72   l2f, then that build's GPU tests (gpu_check.sh test) and sanitizer subsets (gpu_check.sh
+#         sanitize, item 318's wider ones) (~450 s)
 #   ncg   cuDNN's decode kernel (ncu, enable_gqa as the bench runs it) and ours on the four rows
 #         furthest behind it (8/1 heads 128 x 2K and 512, 32/4 and MQA 32 x 512) (~150 s)
 #   ncp   ncu --set full of cuDNN's hd128 prefill kernel and ours, MHA non-causal 1 x 16K and 16 x 1K
@@ -77,7 +79,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|l2f|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
+step=${1:?usage: scripts/device_plan.sh v201|t213|l213|pe|land|l215|n96|pord|l2f|s72|ncg|ncp|flexd|flexp|tl|tlp|g1|ph|check}
 # The patches each step applies (the later on top of the earlier), and what its commands name.
 STACKS=()  # each a string "LOWER UPPER ...": a patch applied on the ones before it (none now)
 # Left to rebase by hand onto items 195 + 197 (their kernel lines conflict with the head-dims
@@ -298,10 +300,18 @@ case $step in
     # much of each gap is the page order the peers never pay.
     ab_then_cudnn bench/sweeps/ab/decode_page_order_hd128.csv "$L/order" random in_order:GQATTN_BENCH_PAGES_IN_ORDER=1
     ;;
-  l2f)
+  l2f|s72)
     # Item 314: how far the small decode rows move with the L2 flushed before each call (the bench's
     # default since session 71, as peers.py times the peers), ABA, then cuDNN on the same rows.
     ab_then_cudnn "$L2F" "$L/l2" flush no_flush:GQATTN_BENCH_NO_L2_FLUSH=1
+    # s72: then the same hd128 bf16 build's GPU tests (items 312-318 untested on a GPU) and the
+    # sanitizers' subsets (item 318 widened them).
+    if [[ $step == s72 ]]; then
+      rc=0
+      LOG_DIR=$L/t CTEST_TIMEOUT=200 scripts/gpu_check.sh test || rc=1; save
+      LOG_DIR=$L/t SAN_TIMEOUT=150 scripts/gpu_check.sh sanitize || rc=1
+      exit $rc
+    fi
     ;;
   flexd|flexp)
     fam=$([ "$step" = flexd ] && echo decode || echo prefill)

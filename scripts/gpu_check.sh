@@ -45,9 +45,9 @@ if has test; then
   ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" > "$LOG_DIR/ctest.log" 2>&1 || status=1
   tail -25 "$LOG_DIR/ctest.log"
   # The prefill tests once more on the portable (mma.sync) kernel, which Hopper otherwise skips
-  # (with its K/V past 4 GiB and its random shapes too).
+  # (with its K/V past 4 GiB, its random shapes, and decode's 128-row items split and unsplit).
   GQATTN_DISABLE_SM90=1 timeout 300 "$BUILD/tests/gqattn_gpu_tests" \
-    --gtest_filter='GpuPrefill.*:GpuLargePools.PrefillPastFourGiB:GpuRandomShapes.*' \
+    --gtest_filter='GpuPrefill.*:GpuLargePools.PrefillPastFourGiB:GpuRandomShapes.*:GpuDecode.DraftTokensWithManyRowsSplitLikeUnsplit' \
     > "$LOG_DIR/ctest_portable_prefill.log" 2>&1 || status=1
   tail -3 "$LOG_DIR/ctest_portable_prefill.log"
 fi
@@ -77,15 +77,25 @@ if has sanitize; then
   step sanitize
   SAN="timeout ${SAN_TIMEOUT:-400} compute-sanitizer --error-exitcode 1"
   T="$BUILD/tests/gqattn_gpu_tests"
-  $SAN --tool memcheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuDecode.EveryHeadDim*:GpuDecode.WideRowsWithARequestForEverySm:GpuPrefill.EveryHeadDim*:GpuAppendKV.*:GpuMergeStates.*:GpuPlanLimits.WorkspaceOneByteShort' \
+  # Every decode family (BitwiseDeterministicEveryFamily: decode, decode_many, decode_mid / _wide,
+  # decode_long at hd64, the wgmma kernel's split_item_keys items with and without the merge) and
+  # the Hopper kernel's TMA-loaded whole-tile pages.
+  $SAN --tool memcheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic*:GpuDecode.EveryHeadDim*:GpuDecode.WideRowsWithARequestForEverySm:GpuDecode.WideRowsSplitOnTheWgmmaKernel:GpuPrefill.EveryHeadDim*:GpuPrefill.WholeTilePagesEveryHeadDim:GpuAppendKV.*:GpuMergeStates.*:GpuPlanLimits.WorkspaceOneByteShort' \
     > "$LOG_DIR/memcheck.log" 2>&1 && echo "memcheck: clean" || { status=1; tail -30 "$LOG_DIR/memcheck.log"; }
-  $SAN --tool racecheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.ManyItemsPerCta:GpuPrefill.WideItemsAtHeadDim64:GpuDecode.ManyRequestsOnTheSmallTileFamily:GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256' \
+  $SAN --tool racecheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic*:GpuDecode.WideRowsSplitOnTheWgmmaKernel:GpuPrefill.CachedPrefix*:GpuPrefill.ManyItemsPerCta:GpuPrefill.WideItemsAtHeadDim64:GpuDecode.ManyRequestsOnTheSmallTileFamily:GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256' \
     > "$LOG_DIR/racecheck.log" 2>&1 && echo "racecheck: clean" || { status=1; tail -30 "$LOG_DIR/racecheck.log"; }
+  # The portable prefill kernel, which Hopper runs only under GQATTN_DISABLE_SM90 (sm_80's path).
+  for tool in memcheck racecheck; do
+    GQATTN_DISABLE_SM90=1 $SAN --tool $tool "$T" \
+      --gtest_filter='GpuPrefill.CachedPrefixCausalAlignment:GpuPrefill.OddLengthsAllGroupSizesRaggedAndPaged' \
+      > "$LOG_DIR/${tool}_portable.log" 2>&1 &&
+      echo "$tool (portable prefill): clean" || { status=1; tail -30 "$LOG_DIR/${tool}_portable.log"; }
+  done
   # The engine's block reductions (add_rmsnorm's vector and scalar kernels, argmax).
   $SAN --tool racecheck "$BUILD/tests/gqattn_engine_gpu_tests" --gtest_filter='ComputeOps.AddRmsnorm*:ComputeOps.Argmax*' \
     > "$LOG_DIR/racecheck_engine.log" 2>&1 && echo "racecheck (engine): clean" ||
     { status=1; tail -30 "$LOG_DIR/racecheck_engine.log"; }
-  $SAN --tool synccheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuPrefill.CachedPrefix*:GpuPrefill.WideItemsAtHeadDim64' \
+  $SAN --tool synccheck "$T" --gtest_filter='GpuDecode.BitwiseDeterministic:GpuDecode.WideRowsSplitOnTheWgmmaKernel:GpuPrefill.CachedPrefix*:GpuPrefill.WideItemsAtHeadDim64:GpuPrefill.CausalTilesPastAWarpgroupsRowsHeadDim256' \
     > "$LOG_DIR/synccheck.log" 2>&1 && echo "synccheck: clean" || { status=1; tail -30 "$LOG_DIR/synccheck.log"; }
 fi
 

@@ -543,6 +543,57 @@ TEST(GpuDecode, BitwiseDeterministic) {
   EXPECT_EQ(a.lse.storage(), b.lse.storage());
 }
 
+// The same bits on a second run on every decode path, not only the decode family's (issue 3): two
+// runs of one input set a case, compared bit for bit. On sm_90 at hd128: decode, decode_many (its
+// split too), the wgmma kernel's decode items with both consumers on halves of the keys
+// (split_item_keys) unsplit and split, MQA x 4 draft tokens (128-row items); decode_mid / decode_wide
+// (17..64 rows, requests x K/V heads fewer than a fifth of the SMs); hd64's decode_long; fp16 where
+// built. Other devices run what their selection picks for the same cases.
+TEST(GpuDecode, BitwiseDeterministicEveryFamily) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  const int sms = device_sms().count;
+  struct Case {
+    int head_dim;
+    Heads h;
+    int qo_len, page_size;
+    std::vector<int32_t> kv_len;
+  };
+  auto lengths = [](int batch, int lo, int hi, uint64_t seed) { return random_lengths(batch, lo, hi, seed, true, 4); };
+  std::vector<Case> cases = {
+      {128, {16, 4}, 1, 16, lengths((3 * sms + 3) / 4 + 1, 4, 300, 1)},  // decode_many
+      {128, {16, 4}, 4, 3, lengths((3 * sms + 3) / 4 + 1, 4, 300, 2)},   // decode_many, split below
+      {128, {32, 1}, 1, 16, lengths(sms, 4, 700, 3)},                    // wgmma, split_item_keys
+      {128, {32, 1}, 2, 128, lengths(32, 4, 700, 4)},                    // the same, split below
+      {128, {32, 1}, 4, 16, {20011, 4, 1300}},                           // 128-row items
+      {128, {32, 1}, 1, 1, lengths(8, 4, 3000, 5)},                      // decode_mid (32 rows, 8 requests)
+      {128, {64, 1}, 1, 64, lengths(8, 4, 3000, 6)},                     // decode_wide (64 rows)
+      {64, {32, 8}, 2, 16, lengths(32, 2300, 2900, 7)},                  // decode_long
+  };
+  cases[1].kv_len[2] = 4000;
+  cases[3].kv_len[2] = 9000;
+  uint64_t seed = 5600;
+  std::vector<kernels::Family> seen;
+  for (const Case& c : cases) {
+    if (!head_dim_built(info, c.head_dim)) continue;
+    for (DType dtype : info.dtypes) {
+      const KVLayout layout = seed % 2 ? KVLayout::kHND : KVLayout::kNHD;
+      DecodeResult a, b;
+      Plan plan;
+      check_decode(dtype, c.h, c.head_dim, c.page_size, c.qo_len, layout, c.kv_len, seed, 0, &a, &plan);
+      check_decode(dtype, c.h, c.head_dim, c.page_size, c.qo_len, layout, c.kv_len, seed, 0, &b);
+      const kernels::Family family = dispatch::kernel_by_id(plan.kernel_id).family;
+      SCOPED_TRACE("family " + std::to_string(int(family)) + ", max_splits " + std::to_string(plan.max_splits));
+      EXPECT_EQ(a.o.storage(), b.o.storage());
+      EXPECT_EQ(a.lse.storage(), b.lse.storage());
+      seen.push_back(family);
+      ++seed;
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_GE(std::unique(seen.begin(), seen.end()) - seen.begin(), 2) << "families reached";
+}
+
 // A graph captured once, with the first step's plan, replays correctly after plan() is called
 // again with each step's lengths (one batch size) and another page table (written into the same
 // fixed-capacity index buffers, as an engine does). The steps' lengths must make every plan split
