@@ -175,7 +175,7 @@ TEST(GpuDecode, PageSizesEveryHeadDimBuilt) {
   uint64_t seed = 1300;
   for (int head_dim : info.head_dims) {
     if (head_dim == 128) continue;
-    for (const Heads& h : {Heads{8, 4}, Heads{32, 8}, Heads{16, 1}, Heads{32, 1}}) {
+    for (const Heads& h : {Heads{8, 8}, Heads{8, 4}, Heads{14, 2}, Heads{32, 8}, Heads{16, 1}, Heads{32, 1}}) {
       for (int page_size : {1, 3, 16, 64, 256}) {
         const KVLayout layout = (seed % 2) ? KVLayout::kHND : KVLayout::kNHD;
         check_decode(info.dtypes.front(), h, head_dim, page_size, 1, layout, random_lengths(5, 1, 700, seed, true), seed);
@@ -729,6 +729,21 @@ TEST(GpuDecode, CudaGraphPerSplit) {
   }
 }
 
+// 32 and 64 packed rows a request (G 16 and 32 x 2 tokens) with 3 requests: decode_mid and
+// decode_wide (too few items for the wgmma kernel on sm_90), each plan split, captured once and
+// replayed after plans of new lengths.
+TEST(GpuDecode, CudaGraphReplayOnDecodeMidAndWide) {
+  GQ_REQUIRE_GPU();
+  const BuildInfo info = build_info();
+  if (!head_dim_built(info, 128)) GTEST_SKIP() << "head_dim 128 is not built";
+  for (const Heads& h : {Heads{16, 1}, Heads{32, 1}}) {
+    std::vector<Plan> plans;
+    check_graph_replay_with_new_lengths(false, 0, h, kGraphReplaySteps, false, &plans);
+    const kernels::Family want = h.qo == 16 ? kernels::Family::kDecodeMid : kernels::Family::kDecodeWide;
+    for (const Plan& plan : plans) EXPECT_EQ(dispatch::kernel_by_id(plan.kernel_id).family, want);
+  }
+}
+
 // MQA with 32 query heads x 2 tokens (64 rows) and 32 requests: on sm_90 the wgmma kernel
 // (persistent CTAs, split_item_keys), whose graph grid is one CTA an SM. Captured once with the
 // first step's plan, replayed after plans of new lengths (one request of 6000..8000 keys a step, so
@@ -925,10 +940,13 @@ TEST(GpuPrefill, GroupSizesAtHeadDim64) {
   }
 }
 
+// Lengths of 1000 and 2049 (many tiles, the last partial): causal over pages of 16, and non-causal
+// over contiguous (ragged) K/V; MHA, GQA-4 and MQA.
 TEST(GpuPrefill, LongSequence2049) {
   GQ_REQUIRE_GPU();
-  for (const Heads& h : {Heads{4, 4}, Heads{8, 1}}) {
+  for (const Heads& h : {Heads{4, 4}, Heads{16, 4}, Heads{8, 1}}) {
     check_prefill(DType::kBF16, h, 128, 16, true, KVLayout::kNHD, {1000, 2049}, {1000, 2049}, 11);
+    check_prefill(DType::kBF16, h, 128, 0, false, KVLayout::kNHD, {1000, 2049}, {1000, 2049}, 12);
   }
 }
 
@@ -1213,8 +1231,13 @@ TEST(GpuPrefill, EveryHeadDimAndDtypeBuilt) {
   uint64_t seed = 700;
   for (DType dtype : info.dtypes) {
     for (int head_dim : info.head_dims) {
-      for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}}) {
+      for (const Heads& h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}, Heads{14, 2}, Heads{16, 2}}) {
         check_prefill(dtype, h, head_dim, seed % 2 ? 16 : 0, true, KVLayout::kNHD, {33, 200, 7}, {33, 300, 7}, seed);
+        ++seed;
+      }
+      // Non-causal, HND, groups 7 and 8 with a cached prefix (qo_len < kv_len).
+      for (const Heads& h : {Heads{14, 2}, Heads{16, 2}}) {
+        check_prefill(dtype, h, head_dim, seed % 2 ? 3 : 0, false, KVLayout::kHND, {33, 0, 130}, {70, 5, 130}, seed);
         ++seed;
       }
     }
