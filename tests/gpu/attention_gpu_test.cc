@@ -533,22 +533,32 @@ TEST(GpuDecode, LongRequestsOnTheLongTileFamily) {
   }
 }
 
-TEST(GpuDecode, BitwiseDeterministic) {
-  GQ_REQUIRE_GPU();
+// Two runs of one decode configuration on the same inputs (check_decode against the oracle each
+// time) give the same bits in o and lse. Returns the first run's plan.
+Plan expect_same_bits_twice(DType dtype, Heads h, int head_dim, int page_size, int qo_len, KVLayout layout,
+                            const std::vector<int32_t>& kv_len, uint64_t seed) {
   DecodeResult a, b;
-  const std::vector<int32_t> kv_len = {5000, 17, 3333};
-  check_decode(DType::kBF16, Heads{32, 8}, 128, 16, 2, KVLayout::kNHD, kv_len, 42, 0, &a);
-  check_decode(DType::kBF16, Heads{32, 8}, 128, 16, 2, KVLayout::kNHD, kv_len, 42, 0, &b);
+  Plan plan;
+  check_decode(dtype, h, head_dim, page_size, qo_len, layout, kv_len, seed, 0, &a, &plan);
+  check_decode(dtype, h, head_dim, page_size, qo_len, layout, kv_len, seed, 0, &b);
+  SCOPED_TRACE("family " + std::to_string(int(dispatch::kernel_by_id(plan.kernel_id).family)) + ", max_splits " +
+               std::to_string(plan.max_splits));
   EXPECT_EQ(a.o.storage(), b.o.storage());
   EXPECT_EQ(a.lse.storage(), b.lse.storage());
+  return plan;
 }
 
-// The same bits on a second run on every decode path, not only the decode family's (issue 3): two
-// runs of one input set a case, compared bit for bit. On sm_90 at hd128: decode, decode_many (its
-// split too), the wgmma kernel's decode items with both consumers on halves of the keys
-// (split_item_keys) unsplit and split, MQA x 4 draft tokens (128-row items); decode_mid / decode_wide
-// (17..64 rows, requests x K/V heads fewer than a fifth of the SMs); hd64's decode_long; fp16 where
-// built. Other devices run what their selection picks for the same cases.
+TEST(GpuDecode, BitwiseDeterministic) {
+  GQ_REQUIRE_GPU();
+  expect_same_bits_twice(DType::kBF16, Heads{32, 8}, 128, 16, 2, KVLayout::kNHD, {5000, 17, 3333}, 42);
+}
+
+// The same bits on a second run on every other decode path (issue 3; BitwiseDeterministic: the
+// decode family). On sm_90 at hd128: decode_many (its split too), the wgmma kernel's decode items
+// with both consumers on halves of the keys (split_item_keys) unsplit and split, MQA x 4 draft
+// tokens (128-row items); decode_mid / decode_wide (17..64 rows, requests x K/V heads fewer than a
+// fifth of the SMs); hd64's decode_long; fp16 where built. Other devices run what their selection
+// picks for the same cases.
 TEST(GpuDecode, BitwiseDeterministicEveryFamily) {
   GQ_REQUIRE_GPU();
   const BuildInfo info = build_info();
@@ -578,15 +588,8 @@ TEST(GpuDecode, BitwiseDeterministicEveryFamily) {
     if (!head_dim_built(info, c.head_dim)) continue;
     for (DType dtype : info.dtypes) {
       const KVLayout layout = seed % 2 ? KVLayout::kHND : KVLayout::kNHD;
-      DecodeResult a, b;
-      Plan plan;
-      check_decode(dtype, c.h, c.head_dim, c.page_size, c.qo_len, layout, c.kv_len, seed, 0, &a, &plan);
-      check_decode(dtype, c.h, c.head_dim, c.page_size, c.qo_len, layout, c.kv_len, seed, 0, &b);
-      const kernels::Family family = dispatch::kernel_by_id(plan.kernel_id).family;
-      SCOPED_TRACE("family " + std::to_string(int(family)) + ", max_splits " + std::to_string(plan.max_splits));
-      EXPECT_EQ(a.o.storage(), b.o.storage());
-      EXPECT_EQ(a.lse.storage(), b.lse.storage());
-      seen.push_back(family);
+      const Plan plan = expect_same_bits_twice(dtype, c.h, c.head_dim, c.page_size, c.qo_len, layout, c.kv_len, seed);
+      seen.push_back(dispatch::kernel_by_id(plan.kernel_id).family);
       ++seed;
     }
   }
